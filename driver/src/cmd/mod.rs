@@ -1,0 +1,3 @@
+//! One module per subcommand of the `qkindex` binary.
+
+pub mod bench;
