@@ -2,11 +2,16 @@
 //! One file per subcommand under `cmd/`.
 
 mod cmd;
+mod report;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "qkindex", version, about = "Attention-aware nearest-neighbour search over transformer keys")]
+#[command(
+    name = "qkindex",
+    version,
+    about = "Attention-aware nearest-neighbour search over transformer keys"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

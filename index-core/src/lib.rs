@@ -1,1 +1,57 @@
-pub fn placeholder() {}
+//! # qkindex
+//!
+//! Approximate top-k maximum-inner-product search over the keys of transformer attention heads,
+//! built for the queries that decode steps ask (out of the keys' distribution).
+//!
+//! | module | job |
+//! |---|---|
+//! | [`store`] | f16/f32 key storage shared by GQA heads |
+//! | [`metric`] | SIMD inner-product kernels chosen at run time |
+//! | [`knn`] | exact batched top-k ([`knn::KnnBackend`], CPU implementation) |
+//! | [`search`] | the one search interface ([`AnnIndex`]), params, stats |
+//! | [`scratch`] | per-thread search buffers |
+//! | [`graph`] | CSR adjacency and beam search |
+//! | [`attention`] | [`AttentionIndex`], the query-aware projected graph |
+//! | [`flat`] | [`FlatIndex`], the exact scan |
+//! | [`eval`] | recall and attention-mass metrics |
+//! | [`dump`], [`npy`] | the dump layout of Q/K/V tensors |
+//! | [`synth`] | a small synthetic OOD generator for tests |
+//!
+//! ```
+//! use qkindex::{AnnIndex, AttentionIndex, AttentionParams, CpuKnn, FlatIndex, KeyStore, SearchParams};
+//! use std::sync::Arc;
+//!
+//! let data = qkindex::synth::ood(2000, 8, 32, 7);
+//! let keys = Arc::new(KeyStore::from_f32(data.keys.clone(), 32)?);
+//! let index = AttentionIndex::build(keys.clone(), &data.train_queries, &AttentionParams::default(), &CpuKnn)?;
+//! let flat = FlatIndex::new(keys);
+//! let mut scratch = index.new_scratch();
+//! let q = &data.test_queries[..32];
+//! let found = index.search(q, 10, &SearchParams::with_ef(64), &mut scratch)?;
+//! let exact = flat.search(q, 10, &SearchParams::default(), &mut scratch)?;
+//! println!("recall@10 = {}", qkindex::eval::recall(&found.ids, &exact.ids));
+//! assert!(found.stats.distance_computations < 2000);
+//! # Ok::<(), qkindex::Error>(())
+//! ```
+
+pub mod attention;
+pub mod dump;
+pub mod error;
+pub mod eval;
+pub mod flat;
+pub mod graph;
+pub mod knn;
+pub mod metric;
+pub mod npy;
+pub mod scratch;
+pub mod search;
+pub mod store;
+pub mod synth;
+
+pub use attention::{AttentionIndex, AttentionParams};
+pub use error::{Error, Result};
+pub use flat::FlatIndex;
+pub use knn::{CpuKnn, KnnBackend, KnnOptions, KnnResult};
+pub use scratch::Scratch;
+pub use search::{search_batch, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};
+pub use store::{Dtype, KeyStore};

@@ -1,14 +1,394 @@
-//! `qkindex bench`: recall benchmark on a dump.
+//! `qkindex bench`: recall benchmark of index kinds on a dump (DESIGN.md §4, §5).
+//!
+//! Per (layer, query head): build each index kind from the head's prefill queries (pooled over
+//! its GQA group by default) and its KV head's keys, search every decode query (q2k) and every
+//! decode/held-out key (k2k) over the parameter sweep, single-threaded, and compare with the
+//! exact top-k. Writes `bench.json`, `bench.csv` and `report.md` into `--out`.
 
+use crate::report::{self, BenchReport, Row};
+use anyhow::{bail, Context, Result};
 use clap::Args;
+use half::f16;
+use qkindex::attention::{EntryRule, Projection, Prune};
+use qkindex::dump::{Dump, Part};
+use qkindex::eval;
+use qkindex::{
+    AnnIndex, AttentionIndex, AttentionParams, CpuKnn, FlatIndex, KeyStore, SearchOutput,
+    SearchParams,
+};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Dump directory (DESIGN.md §4 layout).
     #[arg(long)]
-    pub dump: std::path::PathBuf,
+    pub dump: PathBuf,
+    /// Model layer numbers to run (default: all layers of the dump).
+    #[arg(long, value_delimiter = ',')]
+    pub layers: Vec<usize>,
+    /// Query heads to run (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub heads: Vec<usize>,
+    /// Index kinds: all, or a list of attention, roargraph-recipe, key-graph, flat.
+    #[arg(long, value_delimiter = ',', default_value = "all")]
+    pub kinds: Vec<String>,
+    /// Neighbours per query.
+    #[arg(long, default_value_t = 100)]
+    pub k: usize,
+    /// Query sets: q2k (decode queries), k2k (decode or held-out keys as queries).
+    #[arg(long, value_delimiter = ',', default_value = "q2k,k2k")]
+    pub queries: Vec<String>,
+    /// `ef` sweep of graph indexes.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "100,110,120,128,144,160,192,224,256,320,400,512,640,800,1024"
+    )]
+    pub ef: Vec<usize>,
+    /// Timed passes over each query set (QPS from the median pass).
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+    /// Seed (recorded; the builds are deterministic).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Output directory.
+    #[arg(long, default_value = "bench-out")]
+    pub out: PathBuf,
+    /// Train each head's index on its own prefill queries only (default: pool the queries of
+    /// all query heads that share the KV head).
+    #[arg(long)]
+    pub no_pool: bool,
+    /// Use at most this many training queries per index (evenly strided; 0 = all).
+    #[arg(long, default_value_t = 0)]
+    pub max_train: usize,
+    /// AttentionIndex: training-query top-kq.
+    #[arg(long, default_value_t = 100)]
+    pub kq: usize,
+    /// AttentionIndex: out-degree bound.
+    #[arg(long, default_value_t = 32)]
+    pub max_degree: usize,
+    /// AttentionIndex: rank window of the projection.
+    #[arg(long, default_value_t = 4)]
+    pub window: usize,
+    /// AttentionIndex: number of entry points.
+    #[arg(long, default_value_t = 1)]
+    pub entry_count: usize,
+    /// AttentionIndex: the most recent keys used as extra entry points.
+    #[arg(long, default_value_t = 1)]
+    pub recent_entries: usize,
+    /// AttentionIndex: pruning rule (top or occlusion).
+    #[arg(long, default_value = "top")]
+    pub prune: String,
+    /// AttentionIndex: sequence edges to each side.
+    #[arg(long, default_value_t = 1)]
+    pub sequence_edges: usize,
 }
 
-pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    anyhow::bail!("bench on {} is not built yet", args.dump.display())
+/// One query set of a head: row-major queries and their exact top-k.
+struct QuerySet {
+    name: &'static str,
+    queries: Vec<f32>,
+    exact: Vec<SearchOutput>,
+    /// Softmax weights of each query over all keys (for mass and output cosine).
+    weights: Vec<Vec<f64>>,
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    let dump =
+        Dump::open(&args.dump).with_context(|| format!("opening dump {}", args.dump.display()))?;
+    let m = dump.manifest.clone();
+    let layers = if args.layers.is_empty() {
+        m.layers.clone()
+    } else {
+        args.layers.clone()
+    };
+    let heads: Vec<usize> = if args.heads.is_empty() {
+        (0..m.n_q_heads).collect()
+    } else {
+        args.heads.clone()
+    };
+    if let Some(h) = heads.iter().find(|&&h| h >= m.n_q_heads) {
+        bail!(
+            "query head {h} out of range (the dump has {} query heads)",
+            m.n_q_heads
+        );
+    }
+    if args.repeat == 0 {
+        bail!("--repeat must be at least 1");
+    }
+    let kinds = expand_kinds(&args.kinds)?;
+    for q in &args.queries {
+        if q != "q2k" && q != "k2k" {
+            bail!("unknown query set {q:?} (expected q2k or k2k)");
+        }
+    }
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let d = m.head_dim;
+    let group = m.n_q_heads / m.n_kv_heads;
+    let mut rows: Vec<Row> = Vec::new();
+    let started = Instant::now();
+
+    for &layer in &layers {
+        let q_all = dump.read(layer, Part::Q)?;
+        let k_all = dump.read(layer, Part::K)?;
+        let qdec = dump.read(layer, Part::QDec)?;
+        let kdec = if dump.has(layer, Part::KDec) {
+            Some(dump.read(layer, Part::KDec)?)
+        } else {
+            None
+        };
+        let v_all = if dump.has(layer, Part::V) {
+            Some(dump.read(layer, Part::V)?)
+        } else {
+            None
+        };
+        for &h in &heads {
+            let kv = m.kv_head_of(h);
+            let keys_f32 = k_all.head(kv);
+            let keys = Arc::new(KeyStore::from_f16(
+                keys_f32.iter().map(|&x| f16::from_f32(x)).collect(),
+                d,
+            )?);
+            let n = keys.len();
+            if args.k > n {
+                bail!("--k {} is larger than the number of keys ({n})", args.k);
+            }
+            let train = training_queries(&q_all, h, kv, group, !args.no_pool, args.max_train);
+            let flat = FlatIndex::new(keys.clone());
+            let values = v_all.as_ref().map(|v| v.head(kv));
+            let mut sets = Vec::new();
+            for name in &args.queries {
+                let queries = match name.as_str() {
+                    "q2k" => qdec.head(h).to_vec(),
+                    _ => match &kdec {
+                        Some(kd) => kd.head(kv).to_vec(),
+                        None => continue,
+                    },
+                };
+                sets.push(exact_set(
+                    if name == "q2k" { "q2k" } else { "k2k" },
+                    queries,
+                    &flat,
+                    keys_f32,
+                    d,
+                    args.k,
+                )?);
+            }
+            for kind in &kinds {
+                let (index, build_s): (Box<dyn AnnIndex>, serde_json::Value) = match kind.as_str() {
+                    "flat" => (Box::new(flat.clone()), serde_json::json!({"total": 0.0})),
+                    other => {
+                        let params = attention_params(other, &args);
+                        let (train_q, source) = if other == "key-graph" {
+                            (keys_f32.to_vec(), "keys")
+                        } else {
+                            (train.clone(), "queries")
+                        };
+                        let t = Instant::now();
+                        let idx = AttentionIndex::build(keys.clone(), &train_q, &params, &CpuKnn)?;
+                        let s = idx.build_stats();
+                        eprintln!(
+                            "layer {layer} head {h} {other}: built from {} {source} in {:.2}s (knn {:.2}s, projection {:.2}s, connectivity {:.2}s; {} keys linked)",
+                            s.train_queries, t.elapsed().as_secs_f64(), s.knn_s, s.projection_s, s.connectivity_s, s.linked_unreachable
+                        );
+                        let b = serde_json::json!({"total": s.total_s, "knn": s.knn_s, "projection": s.projection_s, "connectivity": s.connectivity_s});
+                        (Box::new(idx), b)
+                    }
+                };
+                let sweep: Vec<SearchParams> = if kind == "flat" {
+                    vec![SearchParams::default()]
+                } else {
+                    args.ef
+                        .iter()
+                        .filter(|&&ef| ef >= args.k)
+                        .map(|&ef| SearchParams::with_ef(ef))
+                        .collect()
+                };
+                for set in &sets {
+                    for params in &sweep {
+                        let mut row = measure(index.as_ref(), set, params, &args, values, d)?;
+                        row.index = if kind == "flat" {
+                            "flat".into()
+                        } else {
+                            "attention".into()
+                        };
+                        row.variant = match kind.as_str() {
+                            "attention" | "flat" => String::new(),
+                            v => v.to_string(),
+                        };
+                        row.layer = layer;
+                        row.head = h;
+                        row.build_s = build_s.clone();
+                        eprintln!(
+                            "  {:<10} {:<17} L{layer:02} h{h} {} {:<12} recall {:.4} scanned {:.4} qps {:>9.0}",
+                            row.index, row.variant, row.queries, report::params_str(&row.params), row.recall, row.scanned, row.qps
+                        );
+                        rows.push(row);
+                    }
+                }
+            }
+        }
+    }
+    let report = BenchReport::new(&args.dump, args.k, rows, started.elapsed().as_secs_f64());
+    report.write(&args.out)?;
+    report::print_summary(&report);
+    eprintln!(
+        "wrote {}/bench.json, bench.csv, report.md in {:.1}s",
+        args.out.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn expand_kinds(kinds: &[String]) -> Result<Vec<String>> {
+    let known = ["attention", "roargraph-recipe", "key-graph", "flat"];
+    let mut out = Vec::new();
+    for k in kinds {
+        if k == "all" {
+            out.extend(["attention", "roargraph-recipe", "flat"].map(String::from));
+        } else if known.contains(&k.as_str()) {
+            out.push(k.clone());
+        } else {
+            bail!(
+                "unknown index kind {k:?} (known: all, {})",
+                known.join(", ")
+            );
+        }
+    }
+    Ok(out)
+}
+
+fn attention_params(kind: &str, args: &BenchArgs) -> AttentionParams {
+    if kind == "roargraph-recipe" {
+        return AttentionParams::roargraph_recipe();
+    }
+    AttentionParams {
+        kq: args.kq,
+        max_degree: args.max_degree,
+        projection: Projection::Rank {
+            window: args.window,
+        },
+        prune: if args.prune == "occlusion" {
+            Prune::Occlusion
+        } else {
+            Prune::Top
+        },
+        entry: EntryRule::Hub,
+        entry_count: args.entry_count,
+        recent_entries: args.recent_entries,
+        sequence_edges: args.sequence_edges,
+        ..AttentionParams::default()
+    }
+}
+
+/// Training queries of query head `h`: its own prefill queries, or those of every query head
+/// of its GQA group, optionally strided down to `max` rows.
+fn training_queries(
+    q: &qkindex::dump::HeadTensor,
+    h: usize,
+    kv: usize,
+    group: usize,
+    pool: bool,
+    max: usize,
+) -> Vec<f32> {
+    let heads: Vec<usize> = if pool {
+        (kv * group..(kv + 1) * group).collect()
+    } else {
+        vec![h]
+    };
+    let d = q.dim;
+    let mut out = Vec::with_capacity(heads.len() * q.rows * d);
+    for hh in heads {
+        out.extend_from_slice(q.head(hh));
+    }
+    let rows = out.len() / d;
+    if max > 0 && rows > max {
+        let step = rows as f64 / max as f64;
+        let picked: Vec<f32> = (0..max)
+            .flat_map(|i| {
+                let r = (i as f64 * step) as usize;
+                out[r * d..(r + 1) * d].to_vec()
+            })
+            .collect();
+        return picked;
+    }
+    out
+}
+
+fn exact_set(
+    name: &'static str,
+    queries: Vec<f32>,
+    flat: &FlatIndex,
+    keys: &[f32],
+    d: usize,
+    k: usize,
+) -> Result<QuerySet> {
+    let mut scratch = flat.new_scratch();
+    let mut exact = Vec::new();
+    let mut weights = Vec::new();
+    for q in queries.chunks_exact(d) {
+        exact.push(flat.search(q, k, &SearchParams::default(), &mut scratch)?);
+        weights.push(eval::softmax_weights(q, keys, d));
+    }
+    Ok(QuerySet {
+        name,
+        queries,
+        exact,
+        weights,
+    })
+}
+
+fn measure(
+    index: &dyn AnnIndex,
+    set: &QuerySet,
+    params: &SearchParams,
+    args: &BenchArgs,
+    values: Option<&[f32]>,
+    d: usize,
+) -> Result<Row> {
+    let nq = set.exact.len();
+    let mut scratch = index.new_scratch();
+    let mut outs: Vec<SearchOutput> = vec![SearchOutput::default(); nq];
+    let mut pass_times = Vec::with_capacity(args.repeat);
+    let mut latencies = Vec::with_capacity(args.repeat * nq);
+    for _ in 0..args.repeat {
+        let pass = Instant::now();
+        for (q, out) in set.queries.chunks_exact(d).zip(outs.iter_mut()) {
+            let t = Instant::now();
+            index.search_into(q, args.k, params, &mut scratch, out)?;
+            latencies.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        pass_times.push(pass.elapsed().as_secs_f64());
+    }
+    let n = index.len() as f64;
+    let (mut recall, mut dc, mut mass_ratio, mut cosine) = (0.0, 0.0, 0.0, 0.0);
+    for ((out, exact), w) in outs.iter().zip(&set.exact).zip(&set.weights) {
+        recall += eval::recall(&out.ids, &exact.ids);
+        dc += out.stats.distance_computations as f64;
+        mass_ratio += eval::mass(w, &out.ids) / eval::mass(w, &exact.ids);
+        if let Some(v) = values {
+            cosine += eval::output_cosine(w, &out.ids, v, d);
+        }
+    }
+    let nqf = nq as f64;
+    Ok(Row {
+        index: String::new(),
+        variant: String::new(),
+        implementation: "qkindex".into(),
+        layer: 0,
+        head: 0,
+        queries: set.name.into(),
+        params: report::params_json(params),
+        recall: recall / nqf,
+        scanned: dc / nqf / n,
+        distance_computations: dc / nqf,
+        qps: nqf / report::median(&mut pass_times),
+        latency_us: report::percentiles(&mut latencies),
+        build_s: serde_json::Value::Null,
+        mass_ratio: mass_ratio / nqf,
+        output_cosine: values.map(|_| cosine / nqf),
+    })
 }

@@ -1,0 +1,77 @@
+//! Builds an `AttentionIndex` for one query head of a dump and searches its decode queries.
+//!
+//! ```text
+//! cargo run --release -p qkindex --example search_dump -- data/smollm2-8k-subset 9 0
+//! ```
+//! Arguments: dump directory, layer, query head (defaults: the bundled subset, its first layer,
+//! head 0).
+
+use half::f16;
+use qkindex::dump::{Dump, Part};
+use qkindex::{
+    eval, AnnIndex, AttentionIndex, AttentionParams, CpuKnn, FlatIndex, KeyStore, SearchParams,
+};
+use std::sync::Arc;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let dir = args
+        .next()
+        .unwrap_or_else(|| "data/smollm2-8k-subset".to_string());
+    let dump = Dump::open(&dir)?;
+    let m = &dump.manifest;
+    let layer = match args.next() {
+        Some(s) => s.parse()?,
+        None => m.layers[0],
+    };
+    let head: usize = match args.next() {
+        Some(s) => s.parse()?,
+        None => 0,
+    };
+    let kv = m.kv_head_of(head);
+    let (q, k, qdec) = (
+        dump.read(layer, Part::Q)?,
+        dump.read(layer, Part::K)?,
+        dump.read(layer, Part::QDec)?,
+    );
+    let d = m.head_dim;
+
+    // The keys of the KV head, shared (Arc) by every index of its query heads.
+    let keys = Arc::new(KeyStore::from_f16(
+        k.head(kv).iter().map(|&x| f16::from_f32(x)).collect(),
+        d,
+    )?);
+    // Training queries: the prefill queries of all query heads that read this KV head.
+    let group = m.n_q_heads / m.n_kv_heads;
+    let train: Vec<f32> = (kv * group..(kv + 1) * group)
+        .flat_map(|h| q.head(h).to_vec())
+        .collect();
+    let index = AttentionIndex::build(keys.clone(), &train, &AttentionParams::default(), &CpuKnn)?;
+    let s = index.build_stats();
+    println!(
+        "layer {layer} head {head}: {} keys, built from {} training queries in {:.2}s (knn {:.2}s)",
+        keys.len(),
+        s.train_queries,
+        s.total_s,
+        s.knn_s
+    );
+
+    let flat = FlatIndex::new(keys);
+    let mut scratch = index.new_scratch();
+    for ef in [128, 256, 512] {
+        let (mut recall, mut scanned) = (0.0, 0.0);
+        for query in qdec.head(head).chunks_exact(d) {
+            let found = index.search(query, 100, &SearchParams::with_ef(ef), &mut scratch)?;
+            let exact = flat.search(query, 100, &SearchParams::default(), &mut scratch)?;
+            recall += eval::recall(&found.ids, &exact.ids);
+            scanned += found.stats.distance_computations as f64 / index.len() as f64;
+        }
+        let nq = qdec.rows as f64;
+        println!(
+            "ef {ef:>4}: recall@100 {:.3}, scanned {:.3}",
+            recall / nq,
+            scanned / nq
+        );
+    }
+    Ok(())
+}

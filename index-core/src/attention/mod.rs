@@ -1,0 +1,158 @@
+//! `AttentionIndex`: the query-aware projected graph (DESIGN.md §1).
+//!
+//! | file | job |
+//! |---|---|
+//! | `params.rs` | build parameters, presets (ours and the RoarGraph recipe) |
+//! | `build.rs` | bipartite kNN → projection → pruning → reverse edges → connectivity |
+//! | `mod.rs` | the index and its search |
+//!
+//! The structure comes from the queries' side: keys that the same training queries rank close
+//! together become neighbours, so a beam search driven by a new query walks through keys that
+//! queries like it found. Search is best-first with a list of `ef ≥ k` from fixed entry points
+//! (plus caller-supplied seeds) and reports every inner product it computes.
+
+mod build;
+mod params;
+
+pub use build::BuildStats;
+pub use params::{AttentionParams, EntryRule, Projection, Prune};
+
+use crate::error::{Error, Result};
+use crate::graph::{beam_search, Csr};
+use crate::knn::KnnBackend;
+use crate::scratch::Scratch;
+use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams};
+use crate::store::KeyStore;
+use std::sync::Arc;
+
+/// The query-aware graph index over one head's keys.
+#[derive(Clone, Debug)]
+pub struct AttentionIndex {
+    keys: Arc<KeyStore>,
+    graph: Csr,
+    entries: Vec<u32>,
+    params: AttentionParams,
+    stats: BuildStats,
+}
+
+impl AttentionIndex {
+    /// Builds the index over `keys` from training queries (`m × dim` row-major f32; the
+    /// prefill queries of the head, or of all query heads sharing the KV head), computing the
+    /// exact top-`kq` with `knn`.
+    ///
+    /// Errors: dimension mismatch, empty or non-finite input, `kq` > number of keys, bad params.
+    pub fn build(
+        keys: Arc<KeyStore>,
+        train_queries: &[f32],
+        params: &AttentionParams,
+        knn: &dyn KnnBackend,
+    ) -> Result<Self> {
+        build::build(keys, train_queries, params, knn)
+    }
+
+    /// Assembles an index from parts (used by loaders); validates ids and sizes.
+    pub fn from_parts(
+        keys: Arc<KeyStore>,
+        graph: Csr,
+        entries: Vec<u32>,
+        params: &AttentionParams,
+    ) -> Result<Self> {
+        if graph.len() != keys.len() {
+            return Err(Error::DimensionMismatch {
+                what: "graph nodes (one per key)",
+                expected: keys.len(),
+                got: graph.len(),
+            });
+        }
+        if entries.is_empty() || entries.iter().any(|&e| e as usize >= keys.len()) {
+            return Err(Error::invalid_param(
+                "entries",
+                format!("{entries:?}"),
+                "must be non-empty ids below n",
+            ));
+        }
+        Ok(AttentionIndex {
+            keys,
+            graph,
+            entries,
+            params: params.clone(),
+            stats: BuildStats::default(),
+        })
+    }
+
+    /// The shared keys.
+    pub fn keys(&self) -> &Arc<KeyStore> {
+        &self.keys
+    }
+
+    /// The adjacency.
+    pub fn graph(&self) -> &Csr {
+        &self.graph
+    }
+
+    /// Fixed entry points of every search.
+    pub fn entries(&self) -> &[u32] {
+        &self.entries
+    }
+
+    /// Build parameters.
+    pub fn params(&self) -> &AttentionParams {
+        &self.params
+    }
+
+    /// What the build did and how long each phase took.
+    pub fn build_stats(&self) -> &BuildStats {
+        &self.stats
+    }
+}
+
+impl AnnIndex for AttentionIndex {
+    fn kind(&self) -> IndexKind {
+        IndexKind::Attention
+    }
+
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn dim(&self) -> usize {
+        self.keys.dim()
+    }
+
+    fn search_into(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        scratch: &mut Scratch,
+        out: &mut SearchOutput,
+    ) -> Result<()> {
+        check_query(query, self.keys.dim(), k, self.keys.len())?;
+        let ef = params.ef.unwrap_or(self.params.default_ef.max(k));
+        if ef < k {
+            return Err(Error::invalid_param(
+                "ef",
+                ef,
+                format!("must be at least k = {k}"),
+            ));
+        }
+        let scorer = self.keys.scorer();
+        if params.seeds.is_empty() {
+            beam_search(
+                &self.graph,
+                &scorer,
+                query,
+                &self.entries,
+                ef,
+                k,
+                scratch,
+                out,
+            );
+        } else {
+            let mut entries = self.entries.clone();
+            entries.extend_from_slice(&params.seeds);
+            beam_search(&self.graph, &scorer, query, &entries, ef, k, scratch, out);
+        }
+        Ok(())
+    }
+}

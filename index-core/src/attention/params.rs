@@ -1,0 +1,132 @@
+//! Build parameters of [`super::AttentionIndex`] and their presets.
+
+use crate::error::{Error, Result};
+
+/// How training-query neighbour lists become key–key candidate edges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "rule")]
+pub enum Projection {
+    /// RoarGraph: each query's nearest key (its pivot) gets the query's other keys as
+    /// candidates.
+    Pivot,
+    /// Every key of a query's list gets the keys ranked within `window` places of it as
+    /// candidates, weighted by how many queries agree.
+    Rank { window: usize },
+}
+
+/// How a key's candidates are cut down to `max_degree` out-edges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Prune {
+    /// Keep the best-ranked candidates.
+    Top,
+    /// RNG-like occlusion with inner products: candidate `c` of `v` is dropped when an
+    /// already-kept neighbour `s` has `s·c > v·c`.
+    Occlusion,
+}
+
+/// Where searches start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EntryRule {
+    /// The key nearest (L2) to the mean key: the RoarGraph reference's choice.
+    L2Medoid,
+    /// The keys that appear in the most training-query top-`kq` lists.
+    Hub,
+}
+
+/// Build parameters of the query-aware graph.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AttentionParams {
+    /// Exact top-`kq` keys per training query.
+    pub kq: usize,
+    /// Out-degree bound.
+    pub max_degree: usize,
+    pub projection: Projection,
+    pub prune: Prune,
+    pub entry: EntryRule,
+    /// Number of entry points chosen by `entry`.
+    pub entry_count: usize,
+    /// Also enter at the `recent_entries` last keys (ids are token positions; decode queries
+    /// attend heavily to the most recent tokens).
+    pub recent_entries: usize,
+    /// Link each key to the keys `1..=sequence_edges` positions before and after it (these
+    /// edges count towards `max_degree`; attention is local in token position).
+    pub sequence_edges: usize,
+    /// Result list size of the searches the connectivity pass runs.
+    pub build_ef: usize,
+    /// `ef` of searches that do not set one (raised to `k` when smaller).
+    pub default_ef: usize,
+    /// Training query `i` only sees keys `0..=i`.
+    pub causal: bool,
+}
+
+impl Default for AttentionParams {
+    fn default() -> Self {
+        AttentionParams {
+            kq: 100,
+            max_degree: 32,
+            projection: Projection::Rank { window: 4 },
+            prune: Prune::Top,
+            entry: EntryRule::Hub,
+            entry_count: 1,
+            recent_entries: 1,
+            sequence_edges: 1,
+            build_ef: 200,
+            default_ef: 128,
+            causal: false,
+        }
+    }
+}
+
+impl AttentionParams {
+    /// The published RoarGraph recipe (kq = 100, M = 35, L = 500, L2-medoid entry), measured
+    /// beside ours as the `roargraph-recipe` variant.
+    pub fn roargraph_recipe() -> Self {
+        AttentionParams {
+            kq: 100,
+            max_degree: 35,
+            projection: Projection::Pivot,
+            prune: Prune::Occlusion,
+            entry: EntryRule::L2Medoid,
+            entry_count: 1,
+            recent_entries: 0,
+            sequence_edges: 0,
+            build_ef: 500,
+            default_ef: 128,
+            causal: false,
+        }
+    }
+
+    /// Checks ranges that do not depend on the data.
+    pub fn validate(&self) -> Result<()> {
+        if self.kq == 0 {
+            return Err(Error::invalid_param("kq", self.kq, "must be at least 1"));
+        }
+        if self.max_degree == 0 {
+            return Err(Error::invalid_param(
+                "max_degree",
+                self.max_degree,
+                "must be at least 1",
+            ));
+        }
+        if self.entry_count == 0 {
+            return Err(Error::invalid_param(
+                "entry_count",
+                self.entry_count,
+                "must be at least 1",
+            ));
+        }
+        if self.build_ef == 0 {
+            return Err(Error::invalid_param(
+                "build_ef",
+                self.build_ef,
+                "must be at least 1",
+            ));
+        }
+        if let Projection::Rank { window: 0 } = self.projection {
+            return Err(Error::invalid_param("window", 0, "must be at least 1"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,79 @@
+//! `FlatIndex`: the exact scan. Every search scores every key (`scanned = 1`) and keeps the
+//! top k with a bounded heap; it is the yardstick for recall and speed.
+
+use crate::error::Result;
+use crate::scratch::Scratch;
+use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams};
+use crate::store::KeyStore;
+use std::sync::Arc;
+
+/// Keys scored per kernel call (bounded scratch, cache-friendly).
+const CHUNK: usize = 512;
+
+/// Exact top-k by scanning all keys.
+#[derive(Clone, Debug)]
+pub struct FlatIndex {
+    keys: Arc<KeyStore>,
+}
+
+impl FlatIndex {
+    /// A flat index over shared keys.
+    pub fn new(keys: Arc<KeyStore>) -> Self {
+        FlatIndex { keys }
+    }
+
+    /// The indexed keys.
+    pub fn keys(&self) -> &Arc<KeyStore> {
+        &self.keys
+    }
+}
+
+impl AnnIndex for FlatIndex {
+    fn kind(&self) -> IndexKind {
+        IndexKind::Flat
+    }
+
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn dim(&self) -> usize {
+        self.keys.dim()
+    }
+
+    fn search_into(
+        &self,
+        query: &[f32],
+        k: usize,
+        _params: &SearchParams,
+        scratch: &mut Scratch,
+        out: &mut SearchOutput,
+    ) -> Result<()> {
+        let n = self.keys.len();
+        check_query(query, self.keys.dim(), k, n)?;
+        out.clear();
+        let scorer = self.keys.scorer();
+        let best = &mut scratch.best;
+        best.reset(k);
+        scratch.scores.resize(CHUNK, 0.0);
+        let mut threshold = f32::NEG_INFINITY;
+        let mut start = 0;
+        while start < n {
+            let len = CHUNK.min(n - start);
+            let chunk = &mut scratch.scores[..len];
+            scorer.score_range(query, start, chunk);
+            for (j, &s) in chunk.iter().enumerate() {
+                if s > threshold || !best.is_full() {
+                    best.push(s, (start + j) as u32);
+                    if best.is_full() {
+                        threshold = best.worst();
+                    }
+                }
+            }
+            start += len;
+        }
+        best.drain_sorted(k, &mut out.ids, &mut out.scores);
+        out.stats.distance_computations = n as u64;
+        Ok(())
+    }
+}

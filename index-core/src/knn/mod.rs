@@ -1,0 +1,92 @@
+//! Exact batched top-k by inner product: many queries against all keys of a store.
+//!
+//! Building the query-aware graph needs every training query's exact top-`kq` keys. The
+//! operation sits behind [`KnnBackend`] so that a GPU backend (`qkindex-gpu`) can provide it;
+//! [`CpuKnn`] is the reference (tiled matrix products with `faer`, rayon over query tiles).
+
+mod cpu;
+
+pub use cpu::CpuKnn;
+
+use crate::error::{check_finite, Error, Result};
+use crate::store::KeyStore;
+
+/// Options of an exact top-k computation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KnnOptions {
+    /// Query `i` only sees keys `0..=i` (queries and keys of the same prefill positions).
+    pub causal: bool,
+}
+
+/// Exact top-k of `m` queries: row `i` holds query `i`'s best keys, best first.
+///
+/// `ids` and `scores` are `m × k`, row-major. A row with fewer than `k` visible keys (causal
+/// rows near the start) is padded with id [`KnnResult::PAD`] and score −∞.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KnnResult {
+    pub k: usize,
+    pub ids: Vec<u32>,
+    pub scores: Vec<f32>,
+}
+
+impl KnnResult {
+    /// Id used to pad rows with fewer than `k` results.
+    pub const PAD: u32 = u32::MAX;
+
+    /// Number of query rows.
+    pub fn rows(&self) -> usize {
+        self.ids.len().checked_div(self.k).unwrap_or(0)
+    }
+
+    /// The valid ids of row `i` (padding removed), best first.
+    pub fn row(&self, i: usize) -> &[u32] {
+        let r = &self.ids[i * self.k..(i + 1) * self.k];
+        let valid = r.iter().position(|&x| x == Self::PAD).unwrap_or(self.k);
+        &r[..valid]
+    }
+
+    /// The scores of [`KnnResult::row`].
+    pub fn row_scores(&self, i: usize) -> &[f32] {
+        let n = self.row(i).len();
+        &self.scores[i * self.k..i * self.k + n]
+    }
+}
+
+/// A provider of exact batched top-k (CPU here, GPU in `qkindex-gpu`).
+pub trait KnnBackend: Send + Sync {
+    /// A short name for logs and reports (`"cpu"`, `"cuda:0"`).
+    fn name(&self) -> String;
+
+    /// Exact top-`k` keys of each query. `queries` is row-major `m × keys.dim()` f32.
+    fn topk(
+        &self,
+        queries: &[f32],
+        keys: &KeyStore,
+        k: usize,
+        options: &KnnOptions,
+    ) -> Result<KnnResult>;
+}
+
+/// Validates the arguments of [`KnnBackend::topk`]; returns the number of queries.
+pub fn check_knn_args(queries: &[f32], keys: &KeyStore, k: usize) -> Result<usize> {
+    let d = keys.dim();
+    if queries.is_empty() {
+        return Err(Error::Empty { what: "queries" });
+    }
+    if !queries.len().is_multiple_of(d) {
+        return Err(Error::DimensionMismatch {
+            what: "queries (row-major, key dimension columns)",
+            expected: d * (queries.len() / d + 1),
+            got: queries.len(),
+        });
+    }
+    check_finite("queries", queries, d)?;
+    if k == 0 || k > keys.len() {
+        return Err(Error::invalid_param(
+            "k",
+            k,
+            format!("must be in 1..={} (the number of keys)", keys.len()),
+        ));
+    }
+    Ok(queries.len() / d)
+}

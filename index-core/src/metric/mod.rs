@@ -1,0 +1,87 @@
+//! Inner-product kernels: an f32 query against f32 or f16 keys.
+//!
+//! | file | job |
+//! |---|---|
+//! | `scalar.rs` | portable reference kernels (the ground truth of the property tests) |
+//! | `x86.rs` | AVX2+FMA+F16C and AVX-512 kernels |
+//!
+//! The best kernel set is detected once per process ([`kernels`]) and kept as function pointers,
+//! so a binary built for baseline x86-64 still uses AVX-512 where the CPU has it (and never
+//! executes an instruction the CPU lacks).
+
+pub mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use half::f16;
+use std::sync::OnceLock;
+
+/// Inner product of an f32 query with one f32 key (both of the same length).
+pub type DotF32 = fn(&[f32], &[f32]) -> f32;
+/// Inner product of an f32 query with one f16 key (both of the same length).
+pub type DotF16 = fn(&[f32], &[f16]) -> f32;
+/// Scores of one query against the rows `ids` of a row-major key matrix (`dim` columns);
+/// writes `out[i] = q · keys[ids[i]]`.
+pub type GatherF32 = fn(&[f32], &[f32], usize, &[u32], &mut [f32]);
+/// As [`GatherF32`] for f16 keys.
+pub type GatherF16 = fn(&[f32], &[f16], usize, &[u32], &mut [f32]);
+/// Scores of one query against consecutive rows: `out[i] = q · rows[i]` for a row-major
+/// block of `out.len()` rows of `dim` columns.
+pub type RangeF32 = fn(&[f32], &[f32], usize, &mut [f32]);
+/// As [`RangeF32`] for f16 rows.
+pub type RangeF16 = fn(&[f32], &[f16], usize, &mut [f32]);
+
+/// One consistent set of kernels for the running CPU.
+#[derive(Clone, Copy, Debug)]
+pub struct Kernels {
+    /// Which instruction set the kernels use (`"avx512"`, `"avx2"` or `"scalar"`).
+    pub isa: &'static str,
+    pub dot_f32: DotF32,
+    pub dot_f16: DotF16,
+    pub gather_f32: GatherF32,
+    pub gather_f16: GatherF16,
+    pub range_f32: RangeF32,
+    pub range_f16: RangeF16,
+}
+
+impl Kernels {
+    /// The portable reference kernels.
+    pub fn scalar() -> Self {
+        Kernels {
+            isa: "scalar",
+            dot_f32: scalar::dot_f32,
+            dot_f16: scalar::dot_f16,
+            gather_f32: scalar::gather_f32,
+            gather_f16: scalar::gather_f16,
+            range_f32: scalar::range_f32,
+            range_f16: scalar::range_f16,
+        }
+    }
+
+    /// Every kernel set the running CPU supports, best first (the scalar set last). Tests run
+    /// each against the reference.
+    pub fn available() -> Vec<Kernels> {
+        let mut all = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        all.extend(x86::available());
+        all.push(Kernels::scalar());
+        all
+    }
+}
+
+/// The best kernel set for this CPU, detected on first use.
+pub fn kernels() -> &'static Kernels {
+    static KERNELS: OnceLock<Kernels> = OnceLock::new();
+    KERNELS.get_or_init(|| {
+        Kernels::available()
+            .into_iter()
+            .next()
+            .unwrap_or_else(Kernels::scalar)
+    })
+}
+
+/// Inner product of two f32 vectors with the best kernel.
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    (kernels().dot_f32)(a, b)
+}

@@ -1,0 +1,363 @@
+//! x86-64 kernels: AVX2+FMA+F16C (8 lanes) and AVX-512F (16 lanes).
+//!
+//! The `unsafe` inner functions carry `#[target_feature]`; the safe wrappers are only handed out
+//! by [`available`] after `is_x86_feature_detected!` confirmed the features, so they never run on
+//! a CPU that lacks them. Loads are unaligned and stay inside the slices (tails go scalar).
+
+use super::Kernels;
+use half::f16;
+use std::arch::x86_64::*;
+
+/// The SIMD kernel sets this CPU supports, best first.
+pub(super) fn available() -> Vec<Kernels> {
+    let mut out = Vec::new();
+    if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("f16c") {
+        out.push(Kernels {
+            isa: "avx512",
+            dot_f32: dot_f32_avx512,
+            dot_f16: dot_f16_avx512,
+            gather_f32: gather_f32_avx512,
+            gather_f16: gather_f16_avx512,
+            range_f32: range_f32_avx512,
+            range_f16: range_f16_avx512,
+        });
+    }
+    if is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+    {
+        out.push(Kernels {
+            isa: "avx2",
+            dot_f32: dot_f32_avx2,
+            dot_f16: dot_f16_avx2,
+            gather_f32: gather_f32_avx2,
+            gather_f16: gather_f16_avx2,
+            range_f32: range_f32_avx2,
+            range_f16: range_f16_avx2,
+        });
+    }
+    out
+}
+
+// ---------------------------------------------------------------- AVX2 + FMA + F16C
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum256(v: __m256) -> f32 {
+    let lo = _mm256_castps256_ps128(v);
+    let hi = _mm256_extractf128_ps::<1>(v);
+    let s = _mm_add_ps(lo, hi);
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps::<0b01>(s, s));
+    _mm_cvtss_f32(s)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f32_avx2_inner(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut acc0 = _mm256_setzero_ps();
+    let mut acc1 = _mm256_setzero_ps();
+    let mut i = 0;
+    // SAFETY: every load reads 8 floats at offsets i..i+8 <= n, inside both slices.
+    unsafe {
+        while i + 16 <= n {
+            acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc0);
+            acc1 = _mm256_fmadd_ps(
+                _mm256_loadu_ps(pa.add(i + 8)),
+                _mm256_loadu_ps(pb.add(i + 8)),
+                acc1,
+            );
+            i += 16;
+        }
+        if i + 8 <= n {
+            acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc0);
+            i += 8;
+        }
+    }
+    let mut s = hsum256(_mm256_add_ps(acc0, acc1));
+    while i < n {
+        s += a[i] * b[i];
+        i += 1;
+    }
+    s
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16_avx2_inner(a: &[f32], b: &[f16]) -> f32 {
+    let n = a.len().min(b.len());
+    let pa = a.as_ptr();
+    let pb = b.as_ptr() as *const __m128i;
+    let mut acc0 = _mm256_setzero_ps();
+    let mut acc1 = _mm256_setzero_ps();
+    let mut i = 0;
+    // SAFETY: each f32 load reads a[i..i+8] and each f16 load reads 16 bytes = b[i..i+8], both
+    // with i + 8 <= n; f16 is a 2-byte plain value, so the cast pointer reads valid memory.
+    unsafe {
+        while i + 16 <= n {
+            let k0 = _mm256_cvtph_ps(_mm_loadu_si128(pb.byte_add(2 * i)));
+            let k1 = _mm256_cvtph_ps(_mm_loadu_si128(pb.byte_add(2 * (i + 8))));
+            acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), k0, acc0);
+            acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i + 8)), k1, acc1);
+            i += 16;
+        }
+        if i + 8 <= n {
+            let k0 = _mm256_cvtph_ps(_mm_loadu_si128(pb.byte_add(2 * i)));
+            acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), k0, acc0);
+            i += 8;
+        }
+    }
+    let mut s = hsum256(_mm256_add_ps(acc0, acc1));
+    while i < n {
+        s += a[i] * b[i].to_f32();
+        i += 1;
+    }
+    s
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn gather_f32_avx2_inner(q: &[f32], keys: &[f32], dim: usize, ids: &[u32], out: &mut [f32]) {
+    for (j, (o, &id)) in out.iter_mut().zip(ids).enumerate() {
+        if let Some(&next) = ids.get(j + 1) {
+            prefetch_row(
+                keys.as_ptr().cast(),
+                next as usize * dim * 4,
+                dim * 4,
+                keys.len() * 4,
+            );
+        }
+        let start = id as usize * dim;
+        // SAFETY: same target features as this function.
+        *o = unsafe { dot_f32_avx2_inner(q, &keys[start..start + dim]) };
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn gather_f16_avx2_inner(q: &[f32], keys: &[f16], dim: usize, ids: &[u32], out: &mut [f32]) {
+    for (j, (o, &id)) in out.iter_mut().zip(ids).enumerate() {
+        if let Some(&next) = ids.get(j + 1) {
+            prefetch_row(
+                keys.as_ptr().cast(),
+                next as usize * dim * 2,
+                dim * 2,
+                keys.len() * 2,
+            );
+        }
+        let start = id as usize * dim;
+        // SAFETY: same target features as this function.
+        *o = unsafe { dot_f16_avx2_inner(q, &keys[start..start + dim]) };
+    }
+}
+
+fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
+    // SAFETY: handed out by `available` only when avx2, fma and f16c are detected.
+    unsafe { dot_f32_avx2_inner(a, b) }
+}
+fn dot_f16_avx2(a: &[f32], b: &[f16]) -> f32 {
+    // SAFETY: handed out by `available` only when avx2, fma and f16c are detected.
+    unsafe { dot_f16_avx2_inner(a, b) }
+}
+fn gather_f32_avx2(q: &[f32], keys: &[f32], dim: usize, ids: &[u32], out: &mut [f32]) {
+    // SAFETY: handed out by `available` only when avx2, fma and f16c are detected.
+    unsafe { gather_f32_avx2_inner(q, keys, dim, ids, out) }
+}
+fn gather_f16_avx2(q: &[f32], keys: &[f16], dim: usize, ids: &[u32], out: &mut [f32]) {
+    // SAFETY: handed out by `available` only when avx2, fma and f16c are detected.
+    unsafe { gather_f16_avx2_inner(q, keys, dim, ids, out) }
+}
+
+// ---------------------------------------------------------------- AVX-512F
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn dot_f32_avx512_inner(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut acc0 = _mm512_setzero_ps();
+    let mut acc1 = _mm512_setzero_ps();
+    let mut i = 0;
+    // SAFETY: every full load reads 16 floats at i..i+16 <= n; the masked tail load reads only
+    // the lanes below n - i.
+    unsafe {
+        while i + 32 <= n {
+            acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), _mm512_loadu_ps(pb.add(i)), acc0);
+            acc1 = _mm512_fmadd_ps(
+                _mm512_loadu_ps(pa.add(i + 16)),
+                _mm512_loadu_ps(pb.add(i + 16)),
+                acc1,
+            );
+            i += 32;
+        }
+        if i + 16 <= n {
+            acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), _mm512_loadu_ps(pb.add(i)), acc0);
+            i += 16;
+        }
+        if i < n {
+            let m: __mmask16 = (1u32 << (n - i)) as u16 - 1;
+            let x = _mm512_maskz_loadu_ps(m, pa.add(i));
+            let y = _mm512_maskz_loadu_ps(m, pb.add(i));
+            acc1 = _mm512_fmadd_ps(x, y, acc1);
+        }
+    }
+    _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1))
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn dot_f16_avx512_inner(a: &[f32], b: &[f16]) -> f32 {
+    let n = a.len().min(b.len());
+    let pa = a.as_ptr();
+    let pb = b.as_ptr() as *const __m256i;
+    let mut acc0 = _mm512_setzero_ps();
+    let mut acc1 = _mm512_setzero_ps();
+    let mut i = 0;
+    // SAFETY: each full step reads a[i..i+16] and 32 bytes = b[i..i+16] with i + 16 <= n; the
+    // masked tail loads read only lanes below n - i.
+    unsafe {
+        while i + 32 <= n {
+            let k0 = _mm512_cvtph_ps(_mm256_loadu_si256(pb.byte_add(2 * i)));
+            let k1 = _mm512_cvtph_ps(_mm256_loadu_si256(pb.byte_add(2 * (i + 16))));
+            acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), k0, acc0);
+            acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i + 16)), k1, acc1);
+            i += 32;
+        }
+        if i + 16 <= n {
+            let k0 = _mm512_cvtph_ps(_mm256_loadu_si256(pb.byte_add(2 * i)));
+            acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), k0, acc0);
+            i += 16;
+        }
+    }
+    let mut s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    while i < n {
+        s += a[i] * b[i].to_f32();
+        i += 1;
+    }
+    s
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn gather_f32_avx512_inner(
+    q: &[f32],
+    keys: &[f32],
+    dim: usize,
+    ids: &[u32],
+    out: &mut [f32],
+) {
+    for (j, (o, &id)) in out.iter_mut().zip(ids).enumerate() {
+        if let Some(&next) = ids.get(j + 1) {
+            prefetch_row(
+                keys.as_ptr().cast(),
+                next as usize * dim * 4,
+                dim * 4,
+                keys.len() * 4,
+            );
+        }
+        let start = id as usize * dim;
+        // SAFETY: same target features as this function.
+        *o = unsafe { dot_f32_avx512_inner(q, &keys[start..start + dim]) };
+    }
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn gather_f16_avx512_inner(
+    q: &[f32],
+    keys: &[f16],
+    dim: usize,
+    ids: &[u32],
+    out: &mut [f32],
+) {
+    for (j, (o, &id)) in out.iter_mut().zip(ids).enumerate() {
+        if let Some(&next) = ids.get(j + 1) {
+            prefetch_row(
+                keys.as_ptr().cast(),
+                next as usize * dim * 2,
+                dim * 2,
+                keys.len() * 2,
+            );
+        }
+        let start = id as usize * dim;
+        // SAFETY: same target features as this function.
+        *o = unsafe { dot_f16_avx512_inner(q, &keys[start..start + dim]) };
+    }
+}
+
+fn dot_f32_avx512(a: &[f32], b: &[f32]) -> f32 {
+    // SAFETY: handed out by `available` only when avx512f and f16c are detected.
+    unsafe { dot_f32_avx512_inner(a, b) }
+}
+fn dot_f16_avx512(a: &[f32], b: &[f16]) -> f32 {
+    // SAFETY: handed out by `available` only when avx512f and f16c are detected.
+    unsafe { dot_f16_avx512_inner(a, b) }
+}
+fn gather_f32_avx512(q: &[f32], keys: &[f32], dim: usize, ids: &[u32], out: &mut [f32]) {
+    // SAFETY: handed out by `available` only when avx512f and f16c are detected.
+    unsafe { gather_f32_avx512_inner(q, keys, dim, ids, out) }
+}
+fn gather_f16_avx512(q: &[f32], keys: &[f16], dim: usize, ids: &[u32], out: &mut [f32]) {
+    // SAFETY: handed out by `available` only when avx512f and f16c are detected.
+    unsafe { gather_f16_avx512_inner(q, keys, dim, ids, out) }
+}
+
+/// Prefetches the cache lines of one key row (`row_bytes` long at byte `offset` of a buffer of
+/// `total_bytes`) into L1; does nothing when the row lies outside the buffer.
+#[inline(always)]
+fn prefetch_row(base: *const i8, offset: usize, row_bytes: usize, total_bytes: usize) {
+    if offset + row_bytes > total_bytes {
+        return;
+    }
+    let mut line = 0;
+    while line < row_bytes {
+        // SAFETY: prefetch never faults, and the address lies inside the buffer (checked above).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(base.add(offset + line)) };
+        line += 64;
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn range_f32_avx2_inner(q: &[f32], rows: &[f32], dim: usize, out: &mut [f32]) {
+    for (o, row) in out.iter_mut().zip(rows.chunks_exact(dim)) {
+        // SAFETY: same target features as this function.
+        *o = unsafe { dot_f32_avx2_inner(q, row) };
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn range_f16_avx2_inner(q: &[f32], rows: &[f16], dim: usize, out: &mut [f32]) {
+    for (o, row) in out.iter_mut().zip(rows.chunks_exact(dim)) {
+        // SAFETY: same target features as this function.
+        *o = unsafe { dot_f16_avx2_inner(q, row) };
+    }
+}
+
+fn range_f32_avx2(q: &[f32], rows: &[f32], dim: usize, out: &mut [f32]) {
+    // SAFETY: handed out by `available` only when the features are detected.
+    unsafe { range_f32_avx2_inner(q, rows, dim, out) }
+}
+
+fn range_f16_avx2(q: &[f32], rows: &[f16], dim: usize, out: &mut [f32]) {
+    // SAFETY: handed out by `available` only when the features are detected.
+    unsafe { range_f16_avx2_inner(q, rows, dim, out) }
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn range_f32_avx512_inner(q: &[f32], rows: &[f32], dim: usize, out: &mut [f32]) {
+    for (o, row) in out.iter_mut().zip(rows.chunks_exact(dim)) {
+        // SAFETY: same target features as this function.
+        *o = unsafe { dot_f32_avx512_inner(q, row) };
+    }
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn range_f16_avx512_inner(q: &[f32], rows: &[f16], dim: usize, out: &mut [f32]) {
+    for (o, row) in out.iter_mut().zip(rows.chunks_exact(dim)) {
+        // SAFETY: same target features as this function.
+        *o = unsafe { dot_f16_avx512_inner(q, row) };
+    }
+}
+
+fn range_f32_avx512(q: &[f32], rows: &[f32], dim: usize, out: &mut [f32]) {
+    // SAFETY: handed out by `available` only when the features are detected.
+    unsafe { range_f32_avx512_inner(q, rows, dim, out) }
+}
+
+fn range_f16_avx512(q: &[f32], rows: &[f16], dim: usize, out: &mut [f32]) {
+    // SAFETY: handed out by `available` only when the features are detected.
+    unsafe { range_f16_avx512_inner(q, rows, dim, out) }
+}

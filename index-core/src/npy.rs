@@ -1,0 +1,137 @@
+//! `.npy` reading and writing (via `npyz`) for the element types dumps use: float16, float32
+//! (read into f32) and integer ids (read into i64).
+
+use crate::error::{Error, Result};
+use half::f16;
+use npyz::WriterBuilder;
+use std::path::Path;
+
+/// A dense array read from a `.npy` file: its shape and its values in row-major order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Array<T> {
+    pub shape: Vec<usize>,
+    pub data: Vec<T>,
+    /// The file's element type as numpy spells it (`"float16"`, `"float32"`, ...).
+    pub dtype: &'static str,
+}
+
+fn open(path: &Path) -> Result<(npyz::NpyFile<std::io::BufReader<std::fs::File>>, String)> {
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let npy = npyz::NpyFile::new(std::io::BufReader::new(file))
+        .map_err(|e| Error::format(path, "npy header", e.to_string()))?;
+    if npy.order() != npyz::Order::C {
+        return Err(Error::format(
+            path,
+            "npy header",
+            "Fortran-ordered arrays are not supported (save with C order)",
+        ));
+    }
+    let dtype = npy.dtype().descr().trim_matches(['\'', '"']).to_string();
+    Ok((npy, dtype))
+}
+
+fn shape_of<R: std::io::Read>(npy: &npyz::NpyFile<R>) -> Vec<usize> {
+    npy.shape().iter().map(|&x| x as usize).collect()
+}
+
+/// Reads a float16 or float32 array as f32.
+pub fn read_f32(path: &Path) -> Result<Array<f32>> {
+    let (npy, descr) = open(path)?;
+    let shape = shape_of(&npy);
+    let bad = |e: std::io::Error| Error::format(path, "npy data", e.to_string());
+    let (data, dtype) = match descr.trim_start_matches(['<', '=', '|']) {
+        "f2" => (
+            npy.into_vec::<f16>()
+                .map_err(bad)?
+                .into_iter()
+                .map(f16::to_f32)
+                .collect(),
+            "float16",
+        ),
+        "f4" => (npy.into_vec::<f32>().map_err(bad)?, "float32"),
+        other => {
+            return Err(Error::format(
+                path,
+                "npy dtype",
+                format!("expected float16 or float32, found {other:?}"),
+            ))
+        }
+    };
+    Ok(Array { shape, data, dtype })
+}
+
+/// Reads an integer array (int32/int64/uint32) as i64.
+pub fn read_i64(path: &Path) -> Result<Array<i64>> {
+    let (npy, descr) = open(path)?;
+    let shape = shape_of(&npy);
+    let bad = |e: std::io::Error| Error::format(path, "npy data", e.to_string());
+    let (data, dtype): (Vec<i64>, _) = match descr.trim_start_matches(['<', '=', '|']) {
+        "i8" => (npy.into_vec::<i64>().map_err(bad)?, "int64"),
+        "i4" => (
+            npy.into_vec::<i32>()
+                .map_err(bad)?
+                .into_iter()
+                .map(i64::from)
+                .collect(),
+            "int32",
+        ),
+        "u4" => (
+            npy.into_vec::<u32>()
+                .map_err(bad)?
+                .into_iter()
+                .map(i64::from)
+                .collect(),
+            "uint32",
+        ),
+        other => {
+            return Err(Error::format(
+                path,
+                "npy dtype",
+                format!("expected an integer array, found {other:?}"),
+            ))
+        }
+    };
+    Ok(Array { shape, data, dtype })
+}
+
+/// Writes `data` (row-major, `shape`) as a float16 `.npy` file.
+pub fn write_f16(path: &Path, shape: &[usize], data: &[f32]) -> Result<()> {
+    write_with(path, shape, data.iter().map(|&x| f16::from_f32(x)))
+}
+
+/// Writes `data` (row-major, `shape`) as a float32 `.npy` file.
+pub fn write_f32(path: &Path, shape: &[usize], data: &[f32]) -> Result<()> {
+    write_with(path, shape, data.iter().copied())
+}
+
+/// Writes `data` (row-major, `shape`) as an int64 `.npy` file.
+pub fn write_i64(path: &Path, shape: &[usize], data: &[i64]) -> Result<()> {
+    write_with(path, shape, data.iter().copied())
+}
+
+fn write_with<T: npyz::AutoSerialize>(
+    path: &Path,
+    shape: &[usize],
+    values: impl ExactSizeIterator<Item = T>,
+) -> Result<()> {
+    let expected: usize = shape.iter().product();
+    if values.len() != expected {
+        return Err(Error::DimensionMismatch {
+            what: "array elements (product of the shape)",
+            expected,
+            got: values.len(),
+        });
+    }
+    let io = |e: std::io::Error| Error::io(path, e);
+    let file = std::fs::File::create(path).map_err(io)?;
+    let shape64: Vec<u64> = shape.iter().map(|&x| x as u64).collect();
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(&shape64)
+        .writer(std::io::BufWriter::new(file))
+        .begin_nd()
+        .map_err(io)?;
+    w.extend(values).map_err(io)?;
+    w.finish().map_err(io)?;
+    Ok(())
+}

@@ -1,0 +1,201 @@
+//! The one search interface every index kind implements.
+//!
+//! An index answers top-k maximum-inner-product queries: `search` returns the ids of the keys
+//! with the largest `q · key`, best first, with their scores, and [`SearchStats`] saying what the
+//! search computed. Query knobs travel in [`SearchParams`] per call (never `&mut self`), so one
+//! index serves concurrent searches; per-thread buffers live in a [`Scratch`].
+
+use crate::error::{Error, Result};
+use crate::scratch::Scratch;
+use rayon::prelude::*;
+use std::ops::AddAssign;
+
+/// Which kind of index answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IndexKind {
+    Attention,
+    Flat,
+    Hnsw,
+    Ivf,
+    Vamana,
+}
+
+impl IndexKind {
+    /// The name used in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            IndexKind::Attention => "attention",
+            IndexKind::Flat => "flat",
+            IndexKind::Hnsw => "hnsw",
+            IndexKind::Ivf => "ivf",
+            IndexKind::Vamana => "vamana",
+        }
+    }
+}
+
+/// Per-call search parameters. Kinds read the fields that apply to them and reject values
+/// that make no sense for them (for example `ef < k`) with [`Error::InvalidParam`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SearchParams {
+    /// Candidate list size of graph searches (`ef ≥ k`); `None` takes the index default.
+    pub ef: Option<usize>,
+    /// Lists probed by IVF; `None` takes the index default.
+    pub nprobe: Option<usize>,
+    /// Extra entry points for graph searches (for example keys recalled by ReTopK).
+    pub seeds: Vec<u32>,
+}
+
+impl SearchParams {
+    /// Parameters with only `ef` set.
+    pub fn with_ef(ef: usize) -> Self {
+        SearchParams {
+            ef: Some(ef),
+            ..Default::default()
+        }
+    }
+
+    /// Parameters with only `nprobe` set.
+    pub fn with_nprobe(nprobe: usize) -> Self {
+        SearchParams {
+            nprobe: Some(nprobe),
+            ..Default::default()
+        }
+    }
+}
+
+/// What one search computed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SearchStats {
+    /// Inner products of the query with any stored vector (keys, centroids, training queries,
+    /// upper graph layers). `scanned = distance_computations / n`.
+    pub distance_computations: u64,
+    /// Graph nodes expanded (0 for non-graph kinds).
+    pub hops: u64,
+}
+
+impl AddAssign for SearchStats {
+    fn add_assign(&mut self, rhs: Self) {
+        self.distance_computations += rhs.distance_computations;
+        self.hops += rhs.hops;
+    }
+}
+
+/// Result of one search: ids and scores best first (equal lengths, at most k), and stats.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SearchOutput {
+    pub ids: Vec<u32>,
+    pub scores: Vec<f32>,
+    pub stats: SearchStats,
+}
+
+impl SearchOutput {
+    /// Empties the output, keeping its allocations.
+    pub fn clear(&mut self) {
+        self.ids.clear();
+        self.scores.clear();
+        self.stats = SearchStats::default();
+    }
+}
+
+/// A top-k maximum-inner-product index over the keys of one head.
+pub trait AnnIndex: Send + Sync {
+    /// The kind of this index.
+    fn kind(&self) -> IndexKind;
+
+    /// Number of indexed keys.
+    fn len(&self) -> usize;
+
+    /// True when no key is indexed.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Dimension of keys and queries.
+    fn dim(&self) -> usize;
+
+    /// Searches the `k` keys with the largest `query · key` and writes them into `out` (cleared
+    /// first), best first. Reuses `scratch` and `out`; allocates nothing once they have grown.
+    ///
+    /// Errors: a query of the wrong dimension or with non-finite values, `k == 0`, `k > n`,
+    /// and parameters the kind rejects.
+    fn search_into(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        scratch: &mut Scratch,
+        out: &mut SearchOutput,
+    ) -> Result<()>;
+
+    /// [`AnnIndex::search_into`] returning a fresh output.
+    fn search(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        scratch: &mut Scratch,
+    ) -> Result<SearchOutput> {
+        let mut out = SearchOutput::default();
+        self.search_into(query, k, params, scratch, &mut out)?;
+        Ok(out)
+    }
+
+    /// A scratch sized for this index.
+    fn new_scratch(&self) -> Scratch {
+        Scratch::new(self.len())
+    }
+}
+
+/// Checks the arguments every search shares: query dimension, finiteness, and `0 < k ≤ n`.
+pub fn check_query(query: &[f32], dim: usize, k: usize, n: usize) -> Result<()> {
+    if query.len() != dim {
+        return Err(Error::DimensionMismatch {
+            what: "query",
+            expected: dim,
+            got: query.len(),
+        });
+    }
+    if query.iter().any(|x| !x.is_finite()) {
+        return Err(Error::NonFinite {
+            what: "query",
+            row: 0,
+        });
+    }
+    if k == 0 {
+        return Err(Error::invalid_param("k", k, "must be at least 1"));
+    }
+    if k > n {
+        return Err(Error::invalid_param(
+            "k",
+            k,
+            format!("larger than the number of keys ({n})"),
+        ));
+    }
+    Ok(())
+}
+
+/// Searches one query per index in parallel (rayon), as a decode step does for the heads of
+/// a layer: `results[i]` answers `queries[i]` on `indexes[i]`.
+pub fn search_batch(
+    indexes: &[&dyn AnnIndex],
+    queries: &[&[f32]],
+    k: usize,
+    params: &SearchParams,
+) -> Result<Vec<SearchOutput>> {
+    if indexes.len() != queries.len() {
+        return Err(Error::DimensionMismatch {
+            what: "queries (one per index)",
+            expected: indexes.len(),
+            got: queries.len(),
+        });
+    }
+    indexes
+        .par_iter()
+        .zip(queries.par_iter())
+        .map_init(
+            || Scratch::new(0),
+            |scratch, (index, query)| index.search(query, k, params, scratch),
+        )
+        .collect()
+}
