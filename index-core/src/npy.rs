@@ -15,8 +15,51 @@ pub struct Array<T> {
     pub dtype: &'static str,
 }
 
+/// Reads the header's shape and checks that it fits the file before `npyz` sees it (a crafted
+/// shape whose product overflows must be an error, not a panic or a wrapped size).
+fn check_header_size(path: &Path, file: &mut std::fs::File) -> Result<()> {
+    use std::io::{Read, Seek};
+    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    let mut head = Vec::new();
+    file.by_ref()
+        .take(65_536)
+        .read_to_end(&mut head)
+        .map_err(|e| Error::io(path, e))?;
+    file.rewind().map_err(|e| Error::io(path, e))?;
+    let text = String::from_utf8_lossy(&head);
+    let bad = |reason: &str| Error::format(path, "npy header", reason.to_string());
+    let Some(at) = text.find("'shape'") else {
+        return Err(bad("no 'shape' in the header"));
+    };
+    let rest = &text[at..];
+    let (Some(open), Some(close)) = (rest.find('('), rest.find(')')) else {
+        return Err(bad("malformed shape"));
+    };
+    if close < open {
+        return Err(bad("malformed shape"));
+    }
+    let mut elements: u64 = 1;
+    for part in rest[open + 1..close]
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        let dim: u64 = part.parse().map_err(|_| bad("non-integer shape entry"))?;
+        elements = elements
+            .checked_mul(dim)
+            .ok_or_else(|| bad("shape product overflows"))?;
+    }
+    if elements > len {
+        return Err(bad(&format!(
+            "shape claims {elements} elements but the file has {len} bytes"
+        )));
+    }
+    Ok(())
+}
+
 fn open(path: &Path) -> Result<(npyz::NpyFile<std::io::BufReader<std::fs::File>>, String)> {
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    check_header_size(path, &mut file)?;
     let npy = npyz::NpyFile::new(std::io::BufReader::new(file))
         .map_err(|e| Error::format(path, "npy header", e.to_string()))?;
     if npy.order() != npyz::Order::C {
@@ -57,7 +100,20 @@ pub fn read_f32(path: &Path) -> Result<Array<f32>> {
             ))
         }
     };
+    check_len(path, &shape, data.len())?;
     Ok(Array { shape, data, dtype })
+}
+
+fn check_len(path: &Path, shape: &[usize], len: usize) -> Result<()> {
+    let want = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if want != Some(len) {
+        return Err(Error::format(
+            path,
+            "npy data",
+            format!("shape {shape:?} does not match {len} elements"),
+        ));
+    }
+    Ok(())
 }
 
 /// Reads an integer array (int32/int64/uint32) as i64.
@@ -91,6 +147,7 @@ pub fn read_i64(path: &Path) -> Result<Array<i64>> {
             ))
         }
     };
+    check_len(path, &shape, data.len())?;
     Ok(Array { shape, data, dtype })
 }
 

@@ -309,6 +309,11 @@ fn choose_entries(
 }
 
 /// Links every key that the entry points cannot reach; returns how many were linked.
+///
+/// A key `u` that is not reachable is searched for with its own vector as the query; the best
+/// reachable result with a free slot gets the edge `r → u`, and `u` gets edges to the results
+/// if it has none. When every reachable result is full, an edge `r → x` is redirected to `u`
+/// only where `x` keeps another in-edge; should a key still be cut off, the pass repeats.
 fn connect(
     adj: &mut [Vec<u32>],
     entries: &[u32],
@@ -317,77 +322,98 @@ fn connect(
 ) -> Result<usize> {
     let n = adj.len();
     let m = params.max_degree;
-    let mut reached = vec![false; n];
-    let mut stack = Vec::new();
-    for &e in entries {
-        mark_from(adj, e, &mut reached, &mut stack);
-    }
     let scorer = keys.scorer();
     let mut scratch = Scratch::new(n);
     let mut out = SearchOutput::default();
     let mut query = vec![0.0f32; keys.dim()];
-    let mut linked = 0;
-    for u in 0..n as u32 {
-        if reached[u as usize] {
-            continue;
+    let mut stack = Vec::new();
+    let mut indeg = vec![0u32; n];
+    for list in adj.iter() {
+        for &x in list {
+            indeg[x as usize] += 1;
         }
-        keys.row_into(u, &mut query);
-        let ef = params.build_ef.min(n);
-        beam_search(
-            &*adj,
-            &scorer,
-            &query,
-            entries,
-            ef,
-            ef,
-            &mut scratch,
-            &mut out,
-        );
-        let from = out
-            .ids
-            .iter()
-            .copied()
-            .find(|&r| r != u && reached[r as usize] && adj[r as usize].len() < m)
-            .or_else(|| (0..n as u32).find(|&r| reached[r as usize] && adj[r as usize].len() < m));
-        let Some(from) = from else {
-            // Every reachable key is full: replace the last (weakest) edge of the best result.
-            let r = out.ids.first().copied().unwrap_or(entries[0]);
-            if let Some(last) = adj[r as usize].last_mut() {
-                *last = u;
-            } else {
-                adj[r as usize].push(u);
+    }
+    let mut linked = 0;
+    for _pass in 0..4 {
+        let mut reached = vec![false; n];
+        for &e in entries {
+            mark_from(adj, e, &mut reached, &mut stack);
+        }
+        if reached.iter().all(|&r| r) {
+            return Ok(linked);
+        }
+        for u in 0..n as u32 {
+            if reached[u as usize] {
+                continue;
             }
-            linked += 1;
-            mark_from(adj, u, &mut reached, &mut stack);
-            continue;
-        };
-        adj[from as usize].push(u);
-        if adj[u as usize].is_empty() {
-            let own: Vec<u32> = out
+            keys.row_into(u, &mut query);
+            let ef = params.build_ef.min(n);
+            beam_search(
+                &*adj,
+                &scorer,
+                &query,
+                &[entries],
+                ef,
+                ef,
+                &mut scratch,
+                &mut out,
+            );
+            let with_room = out
                 .ids
                 .iter()
                 .copied()
-                .filter(|&r| r != u)
-                .take(m.div_ceil(2))
-                .collect();
-            adj[u as usize] = own;
+                .find(|&r| r != u && reached[r as usize] && adj[r as usize].len() < m)
+                .or_else(|| {
+                    (0..n as u32).find(|&r| reached[r as usize] && adj[r as usize].len() < m)
+                });
+            match with_room {
+                Some(from) => adj[from as usize].push(u),
+                None => {
+                    // Redirect an edge whose target keeps another way in.
+                    let spare = out.ids.iter().chain(entries).find_map(|&r| {
+                        let pos = adj[r as usize].iter().rposition(|&x| {
+                            indeg[x as usize] >= 2 && !entries.contains(&x) && x != u
+                        })?;
+                        Some((r, pos))
+                    });
+                    let Some((r, pos)) = spare else {
+                        continue;
+                    };
+                    let x = adj[r as usize][pos];
+                    indeg[x as usize] -= 1;
+                    adj[r as usize][pos] = u;
+                }
+            }
+            indeg[u as usize] += 1;
+            if adj[u as usize].is_empty() {
+                let own: Vec<u32> = out
+                    .ids
+                    .iter()
+                    .copied()
+                    .filter(|&r| r != u)
+                    .take(m.div_ceil(2))
+                    .collect();
+                for &x in &own {
+                    indeg[x as usize] += 1;
+                }
+                adj[u as usize] = own;
+            }
+            linked += 1;
+            mark_from(adj, u, &mut reached, &mut stack);
         }
-        linked += 1;
-        mark_from(adj, u, &mut reached, &mut stack);
     }
-    // An edge replacement above may have cut a key off: verify and report.
     let mut seen = vec![false; n];
     for &e in entries {
         mark_from(adj, e, &mut seen, &mut stack);
     }
-    if let Some(lost) = seen.iter().position(|&s| !s) {
-        return Err(Error::invalid_param(
+    match seen.iter().position(|&s| !s) {
+        Some(lost) => Err(Error::invalid_param(
             "max_degree",
             m,
             format!("too small to keep key {lost} reachable"),
-        ));
+        )),
+        None => Ok(linked),
     }
-    Ok(linked)
 }
 
 /// Marks everything reachable from `v` (including `v`).

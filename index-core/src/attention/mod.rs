@@ -40,7 +40,9 @@ impl AttentionIndex {
     /// prefill queries of the head, or of all query heads sharing the KV head), computing the
     /// exact top-`kq` with `knn`.
     ///
-    /// Errors: dimension mismatch, empty or non-finite input, `kq` > number of keys, bad params.
+    /// `kq` larger than the number of keys is capped at the number of keys.
+    ///
+    /// Errors: dimension mismatch, empty or non-finite input, bad params.
     pub fn build(
         keys: Arc<KeyStore>,
         train_queries: &[f32],
@@ -137,22 +139,16 @@ impl AnnIndex for AttentionIndex {
             ));
         }
         let scorer = self.keys.scorer();
-        if params.seeds.is_empty() {
-            beam_search(
-                &self.graph,
-                &scorer,
-                query,
-                &self.entries,
-                ef,
-                k,
-                scratch,
-                out,
-            );
-        } else {
-            let mut entries = self.entries.clone();
-            entries.extend_from_slice(&params.seeds);
-            beam_search(&self.graph, &scorer, query, &entries, ef, k, scratch, out);
-        }
+        beam_search(
+            &self.graph,
+            &scorer,
+            query,
+            &[&self.entries, &params.seeds],
+            ef,
+            k,
+            scratch,
+            out,
+        );
         Ok(())
     }
 }

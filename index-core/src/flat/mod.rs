@@ -56,23 +56,15 @@ impl AnnIndex for FlatIndex {
         let best = &mut scratch.best;
         best.reset(k);
         scratch.scores.resize(CHUNK, 0.0);
-        let mut threshold = f32::NEG_INFINITY;
         let mut start = 0;
         while start < n {
             let len = CHUNK.min(n - start);
             let chunk = &mut scratch.scores[..len];
             scorer.score_range(query, start, chunk);
-            for (j, &s) in chunk.iter().enumerate() {
-                if s > threshold || !best.is_full() {
-                    best.push(s, (start + j) as u32);
-                    if best.is_full() {
-                        threshold = best.worst();
-                    }
-                }
-            }
+            best.push_block(chunk, start as u32);
             start += len;
         }
-        best.drain_sorted(k, &mut out.ids, &mut out.scores);
+        best.drain_sorted(&mut out.ids, &mut out.scores);
         out.stats.distance_computations = n as u64;
         Ok(())
     }

@@ -66,38 +66,19 @@ impl KnnBackend for CpuKnn {
                             } else {
                                 kb
                             };
-                            push_row(heap, &row[..limit], k0 as u32);
+                            heap.push_block(&row[..limit], k0 as u32);
                         }
                         k0 += kb;
                     }
                     for (r, heap) in heaps.iter_mut().enumerate() {
                         let (mut i, mut s) = (Vec::with_capacity(k), Vec::with_capacity(k));
-                        heap.drain_sorted(k, &mut i, &mut s);
+                        heap.drain_sorted(&mut i, &mut s);
                         ids_out[r * k..r * k + i.len()].copy_from_slice(&i);
                         scores_out[r * k..r * k + s.len()].copy_from_slice(&s);
                     }
                 },
             );
         Ok(KnnResult { k, ids, scores })
-    }
-}
-
-/// Offers one row of scores (ids `base..`) to a top-k heap; the threshold test keeps the common
-/// case to one comparison per score.
-#[inline]
-fn push_row(heap: &mut TopK, row: &[f32], base: u32) {
-    let mut threshold = if heap.is_full() {
-        heap.worst()
-    } else {
-        f32::NEG_INFINITY
-    };
-    for (j, &s) in row.iter().enumerate() {
-        if s > threshold || !heap.is_full() {
-            heap.push(s, base + j as u32);
-            if heap.is_full() {
-                threshold = heap.worst();
-            }
-        }
     }
 }
 

@@ -1,0 +1,545 @@
+//! One conformance suite for every `AnnIndex` kind: recall against the exact scan, exactness at
+//! `ef = n`, stats bounds, sorted exact scores, no duplicates, typed errors; plus `search_batch`
+//! and `Scratch` reuse.
+
+use qkindex::metric::scalar::dot_f64;
+use qkindex::search::SearchOutput;
+use qkindex::synth::{ood, SynthData};
+use qkindex::{
+    search_batch, AnnIndex, AttentionIndex, AttentionParams, CpuKnn, Error, FlatIndex, IndexKind,
+    KeyStore, Scratch, SearchParams,
+};
+use std::sync::{Arc, OnceLock};
+
+const N: usize = 2000;
+const M: usize = 50;
+const DIM: usize = 32;
+const K: usize = 10;
+/// Measured mean recall@10 at ef = 64 on `ood(2000, 50, 32, 42)`: default 1.000, RoarGraph
+/// recipe 0.938 (seeds 1, 2, 3, 77, 1234: default ≥ 0.994, recipe 0.910–0.996).
+const EF: usize = 64;
+
+struct Fixture {
+    data: SynthData,
+    flat: FlatIndex,
+    attention: AttentionIndex,
+    roargraph: AttentionIndex,
+}
+
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let data = ood(N, M, DIM, 42);
+        let keys = Arc::new(KeyStore::from_f32(data.keys.clone(), DIM).expect("keys"));
+        let attention = AttentionIndex::build(
+            keys.clone(),
+            &data.train_queries,
+            &AttentionParams::default(),
+            &CpuKnn,
+        )
+        .expect("build default");
+        let roargraph = AttentionIndex::build(
+            keys.clone(),
+            &data.train_queries,
+            &AttentionParams::roargraph_recipe(),
+            &CpuKnn,
+        )
+        .expect("build roargraph recipe");
+        Fixture {
+            flat: FlatIndex::new(keys),
+            attention,
+            roargraph,
+            data,
+        }
+    })
+}
+
+fn query(queries: &[f32], dim: usize, i: usize) -> &[f32] {
+    &queries[i * dim..(i + 1) * dim]
+}
+
+/// Checks one output: length k, no duplicate ids, ids < n, scores descending and equal to the
+/// exact inner products of the returned ids.
+fn check_output(out: &SearchOutput, q: &[f32], keys: &[f32], dim: usize, k: usize, what: &str) {
+    let n = keys.len() / dim;
+    assert_eq!(out.ids.len(), k, "{what}: ids length");
+    assert_eq!(out.scores.len(), k, "{what}: scores length");
+    let mut ids = out.ids.clone();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), k, "{what}: duplicate ids in {:?}", out.ids);
+    assert!(
+        out.scores.windows(2).all(|w| w[0] >= w[1]),
+        "{what}: scores not descending: {:?}",
+        out.scores
+    );
+    for (&id, &s) in out.ids.iter().zip(&out.scores) {
+        assert!((id as usize) < n, "{what}: id {id} out of range");
+        let row = &keys[id as usize * dim..(id as usize + 1) * dim];
+        let exact = dot_f64(q, row);
+        let mag: f64 = q
+            .iter()
+            .zip(row)
+            .map(|(&a, &b)| (a as f64 * b as f64).abs())
+            .sum();
+        assert!(
+            (s as f64 - exact).abs() <= 1e-4 * mag.max(exact.abs()) + 1e-6,
+            "{what}: score {s} of id {id} is not its inner product {exact}"
+        );
+    }
+}
+
+/// The shared suite. Returns the measured mean recall@K at `ef = EF`.
+fn conformance(
+    index: &dyn AnnIndex,
+    keys: &[f32],
+    dim: usize,
+    queries: &[f32],
+    name: &str,
+    min_recall: f64,
+) -> f64 {
+    let n = keys.len() / dim;
+    let m = queries.len() / dim;
+    assert_eq!(index.len(), n, "{name}: len");
+    assert_eq!(index.dim(), dim, "{name}: dim");
+    assert!(!index.is_empty());
+    let flat = FlatIndex::new(Arc::new(
+        KeyStore::from_f32(keys.to_vec(), dim).expect("reference keys"),
+    ));
+    let is_flat = index.kind() == IndexKind::Flat;
+    let mut scratch = index.new_scratch();
+    let mut flat_scratch = flat.new_scratch();
+    let none = SearchParams::default();
+
+    // Recall@K at EF, sorted exact scores, stats bounds.
+    let mut recall_sum = 0.0;
+    for i in 0..m {
+        let q = query(queries, dim, i);
+        let exact = flat
+            .search(q, K, &none, &mut flat_scratch)
+            .expect("flat search");
+        let got = index
+            .search(q, K, &SearchParams::with_ef(EF), &mut scratch)
+            .expect("search");
+        check_output(&got, q, keys, dim, K, &format!("{name} q{i} ef{EF}"));
+        let dc = got.stats.distance_computations;
+        assert!(dc > 0, "{name} q{i}: no distance computations");
+        assert!(
+            dc <= n as u64,
+            "{name} q{i}: {dc} distance computations > n = {n}"
+        );
+        if is_flat {
+            assert_eq!(dc, n as u64, "{name}: flat scans every key");
+            assert_eq!(got.stats.hops, 0, "{name}: flat has no hops");
+        } else {
+            assert!(got.stats.hops > 0, "{name} q{i}: no hops");
+        }
+        recall_sum += qkindex::eval::recall(&got.ids, &exact.ids);
+    }
+    let recall = recall_sum / m as f64;
+    eprintln!("{name}: mean recall@{K} at ef={EF} = {recall:.4}");
+    assert!(
+        recall >= min_recall,
+        "{name}: recall@{K} {recall:.4} below {min_recall}"
+    );
+
+    // ef = n (and beyond n): exact results, identical scores.
+    for ef in [n, n + 7] {
+        for i in 0..m.min(20) {
+            let q = query(queries, dim, i);
+            for k in [1, K, 100.min(n)] {
+                let exact = flat.search(q, k, &none, &mut flat_scratch).expect("flat");
+                let got = index
+                    .search(q, k, &SearchParams::with_ef(ef), &mut scratch)
+                    .expect("search ef=n");
+                check_output(&got, q, keys, dim, k, &format!("{name} q{i} ef{ef} k{k}"));
+                assert_eq!(
+                    qkindex::eval::recall(&got.ids, &exact.ids),
+                    1.0,
+                    "{name} q{i} k{k}: not exact at ef={ef}"
+                );
+                assert_eq!(got.scores, exact.scores, "{name} q{i} k{k}: scores");
+                assert!(got.stats.distance_computations <= n as u64);
+            }
+        }
+    }
+
+    // k = n with the default ef returns every key once.
+    let all = index
+        .search(query(queries, dim, 0), n, &none, &mut scratch)
+        .expect("k = n");
+    check_output(
+        &all,
+        query(queries, dim, 0),
+        keys,
+        dim,
+        n,
+        &format!("{name} k=n"),
+    );
+
+    // search_into into a reused output equals search.
+    let mut out = SearchOutput::default();
+    for i in 0..m.min(10) {
+        let q = query(queries, dim, i);
+        index
+            .search_into(q, K, &SearchParams::with_ef(EF), &mut scratch, &mut out)
+            .expect("search_into");
+        let fresh = index
+            .search(q, K, &SearchParams::with_ef(EF), &mut index.new_scratch())
+            .expect("search");
+        assert_eq!(out, fresh, "{name} q{i}: search_into vs search");
+    }
+
+    // Typed errors.
+    let q = query(queries, dim, 0);
+    let p = SearchParams::with_ef(EF);
+    let err = |r: qkindex::Result<SearchOutput>| r.expect_err("expected an error");
+    assert!(
+        matches!(
+            err(index.search(&q[..dim - 1], K, &p, &mut scratch)),
+            Error::DimensionMismatch { .. }
+        ),
+        "{name}: short query"
+    );
+    let mut long = q.to_vec();
+    long.push(0.0);
+    assert!(
+        matches!(
+            err(index.search(&long, K, &p, &mut scratch)),
+            Error::DimensionMismatch { .. }
+        ),
+        "{name}: long query"
+    );
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let mut v = q.to_vec();
+        v[dim / 2] = bad;
+        assert!(
+            matches!(
+                err(index.search(&v, K, &p, &mut scratch)),
+                Error::NonFinite { .. }
+            ),
+            "{name}: {bad} in query"
+        );
+    }
+    for k in [0, n + 1] {
+        assert!(
+            matches!(
+                err(index.search(q, k, &p, &mut scratch)),
+                Error::InvalidParam { name: "k", .. }
+            ),
+            "{name}: k = {k}"
+        );
+    }
+    if !is_flat {
+        assert!(
+            matches!(
+                err(index.search(q, K, &SearchParams::with_ef(K - 1), &mut scratch)),
+                Error::InvalidParam { name: "ef", .. }
+            ),
+            "{name}: ef < k"
+        );
+        assert!(
+            matches!(
+                err(index.search(q, K, &SearchParams::with_ef(0), &mut scratch)),
+                Error::InvalidParam { .. }
+            ),
+            "{name}: ef = 0"
+        );
+    }
+    // A failed search leaves the scratch usable.
+    let after = index.search(q, K, &p, &mut scratch).expect("after errors");
+    let fresh = index
+        .search(q, K, &p, &mut index.new_scratch())
+        .expect("fresh");
+    assert_eq!(after, fresh, "{name}: scratch after errors");
+    recall
+}
+
+#[test]
+fn flat_conforms() {
+    let f = fixture();
+    let r = conformance(
+        &f.flat,
+        &f.data.keys,
+        DIM,
+        &f.data.test_queries,
+        "flat",
+        1.0,
+    );
+    assert_eq!(r, 1.0);
+}
+
+#[test]
+fn attention_default_conforms() {
+    let f = fixture();
+    conformance(
+        &f.attention,
+        &f.data.keys,
+        DIM,
+        &f.data.test_queries,
+        "attention(default)",
+        0.95,
+    );
+}
+
+#[test]
+fn attention_roargraph_recipe_conforms() {
+    let f = fixture();
+    conformance(
+        &f.roargraph,
+        &f.data.keys,
+        DIM,
+        &f.data.test_queries,
+        "attention(roargraph_recipe)",
+        0.85,
+    );
+}
+
+#[test]
+fn attention_on_heldout_keys_and_train_queries_conforms() {
+    // In-distribution queries (the training queries themselves) and K→K queries.
+    let f = fixture();
+    let train = &f.data.train_queries[..M * DIM];
+    conformance(
+        &f.attention,
+        &f.data.keys,
+        DIM,
+        train,
+        "attention(train q)",
+        0.9,
+    );
+    conformance(
+        &f.attention,
+        &f.data.keys,
+        DIM,
+        &f.data.heldout_keys,
+        "attention(heldout keys as q)",
+        0.75,
+    );
+}
+
+#[test]
+fn seeds_are_used_and_out_of_range_seeds_ignored() {
+    let f = fixture();
+    let mut s = f.attention.new_scratch();
+    let q = query(&f.data.test_queries, DIM, 3);
+    let exact = f
+        .flat
+        .search(q, K, &SearchParams::default(), &mut s)
+        .expect("flat");
+    let params = SearchParams {
+        ef: Some(K),
+        seeds: vec![exact.ids[0], u32::MAX, N as u32, exact.ids[0]],
+        ..Default::default()
+    };
+    let got = f.attention.search(q, K, &params, &mut s).expect("seeded");
+    check_output(&got, q, &f.data.keys, DIM, K, "seeded");
+    assert_eq!(got.ids[0], exact.ids[0], "the best key was seeded");
+    assert!(got.stats.distance_computations <= N as u64);
+}
+
+#[test]
+fn search_batch_equals_individual_searches() {
+    let f = fixture();
+    let indexes: Vec<&dyn AnnIndex> = vec![
+        &f.flat,
+        &f.attention,
+        &f.roargraph,
+        &f.attention,
+        &f.flat,
+        &f.roargraph,
+    ];
+    let queries: Vec<&[f32]> = (0..indexes.len())
+        .map(|i| query(&f.data.test_queries, DIM, i))
+        .collect();
+    for params in [SearchParams::default(), SearchParams::with_ef(EF)] {
+        let batch = search_batch(&indexes, &queries, K, &params).expect("batch");
+        assert_eq!(batch.len(), indexes.len());
+        for (i, (idx, q)) in indexes.iter().zip(&queries).enumerate() {
+            let single = idx
+                .search(q, K, &params, &mut idx.new_scratch())
+                .expect("single");
+            assert_eq!(batch[i], single, "batch result {i}");
+        }
+    }
+    // Mismatched lengths and a failing member are errors.
+    assert!(matches!(
+        search_batch(&indexes, &queries[..2], K, &SearchParams::default()),
+        Err(Error::DimensionMismatch { .. })
+    ));
+    let mut bad = queries.clone();
+    let short = &f.data.test_queries[..DIM - 1];
+    bad[2] = short;
+    assert!(matches!(
+        search_batch(&indexes, &bad, K, &SearchParams::default()),
+        Err(Error::DimensionMismatch { .. })
+    ));
+    assert!(search_batch(&[], &[], K, &SearchParams::default())
+        .expect("empty batch")
+        .is_empty());
+}
+
+#[test]
+fn reused_scratch_matches_fresh_across_indexes_of_different_sizes() {
+    let f = fixture();
+    let small = ood(300, 20, 16, 7);
+    let small_keys = Arc::new(KeyStore::from_f32(small.keys.clone(), 16).expect("keys"));
+    let small_index = AttentionIndex::build(
+        small_keys.clone(),
+        &small.train_queries,
+        &AttentionParams::default(),
+        &CpuKnn,
+    )
+    .expect("small build");
+    let small_flat = FlatIndex::new(small_keys);
+    // Start from a scratch sized for the small index, so it must grow for the large one.
+    let mut shared = Scratch::new(small_index.len());
+    let mut out = SearchOutput::default();
+    for round in 0..4 {
+        for i in 0..M {
+            let ef = [K, 16, EF, 200][round];
+            let p = SearchParams::with_ef(ef);
+            let cases: [(&dyn AnnIndex, &[f32]); 4] = [
+                (&f.attention, query(&f.data.test_queries, DIM, i)),
+                (&small_index, query(&small.test_queries, 16, i % 20)),
+                (&f.roargraph, query(&f.data.test_queries, DIM, (i + 1) % M)),
+                (&small_flat, query(&small.test_queries, 16, i % 20)),
+            ];
+            for (c, (idx, q)) in cases.iter().enumerate() {
+                idx.search_into(q, K, &p, &mut shared, &mut out)
+                    .expect("shared scratch");
+                let fresh = idx
+                    .search(q, K, &p, &mut Scratch::default())
+                    .expect("fresh scratch");
+                assert_eq!(out, fresh, "round {round} query {i} case {c}");
+            }
+        }
+    }
+}
+
+#[test]
+fn reused_scratch_survives_visited_epoch_wraparound() {
+    // More than 65,535 searches on one scratch (the visited set's u16 epoch wraps), on a tiny
+    // index so that it stays fast; interleaved with a larger index.
+    let tiny = ood(40, 8, 8, 5);
+    let keys = Arc::new(KeyStore::from_f32(tiny.keys.clone(), 8).expect("keys"));
+    let index = AttentionIndex::build(
+        keys.clone(),
+        &tiny.train_queries,
+        &AttentionParams::default(),
+        &CpuKnn,
+    )
+    .expect("tiny build");
+    let f = fixture();
+    let fresh: Vec<SearchOutput> = (0..8)
+        .map(|i| {
+            index
+                .search(
+                    query(&tiny.test_queries, 8, i),
+                    5,
+                    &SearchParams::with_ef(8),
+                    &mut Scratch::default(),
+                )
+                .expect("fresh")
+        })
+        .collect();
+    let big_q = query(&f.data.test_queries, DIM, 0);
+    let big_fresh = f
+        .attention
+        .search(
+            big_q,
+            K,
+            &SearchParams::with_ef(EF),
+            &mut Scratch::default(),
+        )
+        .expect("big fresh");
+    let mut scratch = Scratch::default();
+    let mut out = SearchOutput::default();
+    for s in 0..66_000usize {
+        let i = s % 8;
+        index
+            .search_into(
+                query(&tiny.test_queries, 8, i),
+                5,
+                &SearchParams::with_ef(8),
+                &mut scratch,
+                &mut out,
+            )
+            .expect("tiny search");
+        assert_eq!(out, fresh[i], "search {s}");
+        if s % 8_192 == 0 || (65_530..65_540).contains(&s) {
+            f.attention
+                .search_into(big_q, K, &SearchParams::with_ef(EF), &mut scratch, &mut out)
+                .expect("big search");
+            assert_eq!(out, big_fresh, "big search after {s}");
+        }
+    }
+}
+
+#[test]
+fn f16_keys_conform() {
+    let f = fixture();
+    let h: Vec<half::f16> = f
+        .data
+        .keys
+        .iter()
+        .map(|&x| half::f16::from_f32(x))
+        .collect();
+    let exact: Vec<f32> = h.iter().map(|x| x.to_f32()).collect();
+    let keys = Arc::new(KeyStore::from_f16(h, DIM).expect("f16 keys"));
+    let flat = FlatIndex::new(keys.clone());
+    conformance(&flat, &exact, DIM, &f.data.test_queries, "flat(f16)", 1.0);
+    let index = AttentionIndex::build(
+        keys,
+        &f.data.train_queries,
+        &AttentionParams::default(),
+        &CpuKnn,
+    )
+    .expect("f16 build");
+    conformance(
+        &index,
+        &exact,
+        DIM,
+        &f.data.test_queries,
+        "attention(f16)",
+        0.95,
+    );
+}
+
+#[test]
+fn concurrent_searches_on_a_shared_index_match_sequential_ones() {
+    let f = fixture();
+    let indexes: [&dyn AnnIndex; 3] = [&f.flat, &f.attention, &f.roargraph];
+    let p = SearchParams::with_ef(EF);
+    let sequential: Vec<Vec<SearchOutput>> = indexes
+        .iter()
+        .map(|idx| {
+            let mut s = idx.new_scratch();
+            (0..M)
+                .map(|i| {
+                    idx.search(query(&f.data.test_queries, DIM, i), K, &p, &mut s)
+                        .expect("sequential")
+                })
+                .collect()
+        })
+        .collect();
+    std::thread::scope(|scope| {
+        for t in 0..4usize {
+            let (p, sequential) = (&p, &sequential);
+            scope.spawn(move || {
+                let mut s = Scratch::default();
+                for round in 0..3 {
+                    for i in 0..M {
+                        let j = (i * 7 + t * 13 + round) % M;
+                        for (x, idx) in indexes.iter().enumerate() {
+                            let got = idx
+                                .search(query(&f.data.test_queries, DIM, j), K, p, &mut s)
+                                .expect("concurrent");
+                            assert_eq!(got, sequential[x][j], "thread {t} index {x} query {j}");
+                        }
+                    }
+                }
+            });
+        }
+    });
+}
