@@ -60,18 +60,24 @@ impl VisitedSet {
         }
     }
 
-    /// Marks every id of `ids` and appends those not marked before to `out`.
+    /// Marks every id of `ids` and appends those not marked before to `out`. Branch-free: each
+    /// id is written, and the write position advances only for new ids (graph neighbour lists
+    /// are mostly visited, so a branch here would mispredict often).
     #[inline]
     pub fn filter_new(&mut self, ids: &[u32], out: &mut Vec<u32>) {
         let epoch = self.epoch;
         let tags = self.tags.as_mut_slice();
+        let start = out.len();
+        out.resize(start + ids.len(), 0);
+        let buf = &mut out[start..];
+        let mut len = 0;
         for &id in ids {
             let t = &mut tags[id as usize];
-            if *t != epoch {
-                *t = epoch;
-                out.push(id);
-            }
+            buf[len] = id;
+            len += usize::from(*t != epoch);
+            *t = epoch;
         }
+        out.truncate(start + len);
     }
 
     /// True when `id` is marked in this search.
@@ -172,64 +178,77 @@ impl TopK {
 }
 
 /// The candidate list of beam search (DiskANN's "neighbour priority queue"): at most `cap`
-/// items sorted by score, best first, each flagged once expanded. One sorted array replaces
-/// the frontier heap and the result heap: insertion is a binary search and a short move, and
-/// the next node to expand is the best unexpanded one, found from a cursor.
+/// items sorted best first, each flagged once expanded. One sorted array replaces the frontier
+/// heap and the result heap. Each item is one `u64` — the score mapped to an order-preserving
+/// `u32`, then the id, then the expanded bit — so a search is one branch-free binary search
+/// over integers and an insert moves 8-byte items.
 #[derive(Clone, Debug, Default)]
 pub struct BeamList {
-    /// Scores, best first; `ids[i]` belongs to `scores[i]`.
-    scores: Vec<f32>,
-    /// Ids with [`EXPANDED`] set once the node was expanded.
-    ids: Vec<u32>,
+    items: Vec<u64>,
     cap: usize,
     cursor: usize,
 }
 
-/// Flag bit of [`BeamList`] ids: the node was expanded (graph ids are below 2³¹).
-const EXPANDED: u32 = 1 << 31;
+/// Maps an f32 to a `u32` whose unsigned order is the float's total order.
+#[inline]
+fn order_key(score: f32) -> u32 {
+    let b = score.to_bits();
+    if b & 0x8000_0000 != 0 {
+        !b
+    } else {
+        b | 0x8000_0000
+    }
+}
+
+/// Inverse of [`order_key`].
+#[inline]
+fn from_order_key(k: u32) -> f32 {
+    f32::from_bits(if k & 0x8000_0000 != 0 {
+        k & 0x7fff_ffff
+    } else {
+        !k
+    })
+}
 
 impl BeamList {
     /// Empties the list and sets its capacity (`ef`).
     pub fn reset(&mut self, cap: usize) {
-        self.scores.clear();
-        self.ids.clear();
-        self.scores.reserve(cap + 1);
-        self.ids.reserve(cap + 1);
+        self.items.clear();
+        self.items.reserve(cap + 1);
         self.cap = cap;
         self.cursor = 0;
     }
 
     /// Number of items held.
     pub fn len(&self) -> usize {
-        self.scores.len()
+        self.items.len()
     }
 
     /// True when no item is held.
     pub fn is_empty(&self) -> bool {
-        self.scores.is_empty()
+        self.items.is_empty()
     }
 
-    /// True when the list cannot take an item scoring `score` (it is full and `score` is not
-    /// above its worst).
     #[inline]
-    pub fn rejects(&self, score: f32) -> bool {
-        self.scores.len() >= self.cap && self.scores.last().is_some_and(|&l| score <= l)
+    fn pack(score: f32, id: u32) -> u64 {
+        (u64::from(order_key(score)) << 32) | (u64::from(id & 0x7fff_ffff) << 1)
     }
 
-    /// Inserts an item (`id < 2³¹`) unless the list rejects it; returns true when inserted.
-    /// Equal scores keep insertion order.
+    /// Inserts an item (`id < 2³¹`) unless the list is full and the item is not better than
+    /// its worst; returns true when inserted.
     #[inline]
     pub fn insert(&mut self, score: f32, id: u32) -> bool {
-        if self.cap == 0 || self.rejects(score) {
-            return false;
+        let item = Self::pack(score, id);
+        if self.items.len() >= self.cap {
+            match self.items.last() {
+                Some(&last) if item > last => {
+                    self.items.pop();
+                }
+                _ => return false,
+            }
         }
-        let pos = self.scores.partition_point(|&x| x >= score);
-        if self.scores.len() >= self.cap {
-            self.scores.pop();
-            self.ids.pop();
-        }
-        self.scores.insert(pos, score);
-        self.ids.insert(pos, id & !EXPANDED);
+        let pos = self.items.partition_point(|&x| x > item);
+        self.items.insert(pos, item);
         if pos < self.cursor {
             self.cursor = pos;
         }
@@ -239,26 +258,33 @@ impl BeamList {
     /// The best unexpanded item, marked expanded; `None` when every item is expanded.
     #[inline]
     pub fn next_unexpanded(&mut self) -> Option<Scored> {
-        while self.cursor < self.ids.len() {
+        while self.cursor < self.items.len() {
             let i = self.cursor;
             self.cursor += 1;
-            let id = self.ids[i];
-            if id & EXPANDED == 0 {
-                self.ids[i] = id | EXPANDED;
-                return Some(Scored {
-                    score: self.scores[i],
-                    id,
-                });
+            let item = self.items[i];
+            if item & 1 == 0 {
+                self.items[i] = item | 1;
+                return Some(Self::unpack(item));
             }
         }
         None
     }
 
+    #[inline]
+    fn unpack(item: u64) -> Scored {
+        Scored {
+            score: from_order_key((item >> 32) as u32),
+            id: ((item as u32) >> 1) & 0x7fff_ffff,
+        }
+    }
+
     /// Appends the best `k` items to `ids` / `scores`, best first.
     pub fn copy_best(&self, k: usize, ids: &mut Vec<u32>, scores: &mut Vec<f32>) {
-        let k = k.min(self.scores.len());
-        ids.extend(self.ids[..k].iter().map(|&id| id & !EXPANDED));
-        scores.extend_from_slice(&self.scores[..k]);
+        for &item in self.items.iter().take(k) {
+            let s = Self::unpack(item);
+            ids.push(s.id);
+            scores.push(s.score);
+        }
     }
 }
 
@@ -299,6 +325,26 @@ mod tests {
             assert!(!v.insert(2));
         }
         assert_ne!(v.epoch(), 0);
+    }
+
+    #[test]
+    fn order_key_round_trips_and_orders() {
+        let xs = [
+            f32::NEG_INFINITY,
+            -3.5,
+            -0.0,
+            0.0,
+            1e-30,
+            2.0,
+            7.5e10,
+            f32::INFINITY,
+        ];
+        for w in xs.windows(2) {
+            assert!(order_key(w[0]) <= order_key(w[1]));
+        }
+        for x in xs {
+            assert_eq!(from_order_key(order_key(x)).to_bits(), x.to_bits());
+        }
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 32)]
     pub max_degree: usize,
     /// AttentionIndex: rank window of the projection.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 8)]
     pub window: usize,
     /// AttentionIndex: number of entry points.
     #[arg(long, default_value_t = 1)]
@@ -78,6 +78,10 @@ pub struct BenchArgs {
     /// AttentionIndex: the most recent keys used as extra entry points.
     #[arg(long, default_value_t = 1)]
     pub recent_entries: usize,
+    /// AttentionIndex: take entry points from the lists of the last N training queries (0: from
+    /// all of them).
+    #[arg(long, default_value_t = 0)]
+    pub recent_queries: usize,
     /// AttentionIndex: pruning rule (top or occlusion).
     #[arg(long, default_value = "top")]
     pub prune: String,
@@ -276,7 +280,13 @@ fn attention_params(kind: &str, args: &BenchArgs) -> AttentionParams {
         } else {
             Prune::Top
         },
-        entry: EntryRule::Hub,
+        entry: if args.recent_queries > 0 {
+            EntryRule::RecentHub {
+                queries: args.recent_queries,
+            }
+        } else {
+            EntryRule::Hub
+        },
         entry_count: args.entry_count,
         recent_entries: args.recent_entries,
         sequence_edges: args.sequence_edges,

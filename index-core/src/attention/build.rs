@@ -79,7 +79,7 @@ pub(super) fn build(
         })
         .collect();
     add_reverse_edges(&mut adj, params.max_degree);
-    let mut entries = choose_entries(params, &occurrences, &keys32, dim);
+    let mut entries = choose_entries(params, &occurrences, &lists, &keys32, dim);
     for v in (n.saturating_sub(params.recent_entries)..n).rev() {
         if !entries.contains(&(v as u32)) {
             entries.push(v as u32);
@@ -194,6 +194,16 @@ fn candidates(
             _ => out.push((w, c)),
         }
     }
+    if let Projection::Rank { .. } = params.projection {
+        // Co-occurrence counts favour keys that every query retrieves (attention sinks, hot
+        // keys), which search finds anyway; normalise like a cosine of occurrence vectors so
+        // that edges join keys retrieved by the *same* queries.
+        let cu = (occ.count(v).max(1) as f32).sqrt();
+        for cand in out.iter_mut() {
+            let cc = (occ.count(cand.1).max(1) as f32).sqrt();
+            cand.0 /= cu * cc;
+        }
+    }
     if let Projection::Pivot = params.projection {
         // RoarGraph orders a pivot's candidates by closeness to the pivot itself.
         let dot = kernels().dot_f32;
@@ -270,6 +280,7 @@ fn add_reverse_edges(adj: &mut [Vec<u32>], max_degree: usize) {
 fn choose_entries(
     params: &AttentionParams,
     occ: &Occurrences,
+    lists: &KnnResult,
     keys: &[f32],
     dim: usize,
 ) -> Vec<u32> {
@@ -304,6 +315,27 @@ fn choose_entries(
                 (0..n as u32).map(|v| (occ.count(v), v)).collect();
             by_count.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
             by_count.into_iter().take(count).map(|x| x.1).collect()
+        }
+        EntryRule::RecentHub { queries } => {
+            let mut counts = vec![0usize; n];
+            let rows = lists.rows();
+            for r in rows.saturating_sub(queries)..rows {
+                for &id in lists.row(r) {
+                    counts[id as usize] += 1;
+                }
+            }
+            let mut by_count: Vec<(usize, u32)> = counts
+                .iter()
+                .enumerate()
+                .filter(|x| *x.1 > 0)
+                .map(|(v, &c)| (c, v as u32))
+                .collect();
+            by_count.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            let mut out: Vec<u32> = by_count.into_iter().take(count).map(|x| x.1).collect();
+            if out.is_empty() {
+                out.push(0);
+            }
+            out
         }
     }
 }

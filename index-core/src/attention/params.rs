@@ -33,6 +33,10 @@ pub enum EntryRule {
     L2Medoid,
     /// The keys that appear in the most training-query top-`kq` lists.
     Hub,
+    /// The keys that appear in the most top-`kq` lists of the last `queries` training queries
+    /// (put a head's own prefill queries last: decode queries continue where they stop, so
+    /// their top-k starts near what the latest prefill queries chose).
+    RecentHub { queries: usize },
 }
 
 /// Build parameters of the query-aware graph.
@@ -66,7 +70,7 @@ impl Default for AttentionParams {
         AttentionParams {
             kq: 100,
             max_degree: 32,
-            projection: Projection::Rank { window: 4 },
+            projection: Projection::Rank { window: 8 },
             prune: Prune::Top,
             entry: EntryRule::Hub,
             entry_count: 1,
