@@ -116,15 +116,16 @@ unsafe fn dot_f16_avx2_inner(a: &[f32], b: &[f16]) -> f32 {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn gather_f32_avx2_inner(q: &[f32], keys: &[f32], dim: usize, ids: &[u32], out: &mut [f32]) {
-    for (j, (o, &id)) in out.iter_mut().zip(ids).enumerate() {
-        if let Some(&next) = ids.get(j + 1) {
-            prefetch_row(
-                keys.as_ptr().cast(),
-                next as usize * dim * 4,
-                dim * 4,
-                keys.len() * 4,
-            );
-        }
+    // Request every row first so that their cache misses overlap.
+    for &id in ids {
+        prefetch_row(
+            keys.as_ptr().cast(),
+            id as usize * dim * 4,
+            dim * 4,
+            keys.len() * 4,
+        );
+    }
+    for (o, &id) in out.iter_mut().zip(ids) {
         let start = id as usize * dim;
         // SAFETY: same target features as this function.
         *o = unsafe { dot_f32_avx2_inner(q, &keys[start..start + dim]) };
@@ -133,15 +134,16 @@ unsafe fn gather_f32_avx2_inner(q: &[f32], keys: &[f32], dim: usize, ids: &[u32]
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn gather_f16_avx2_inner(q: &[f32], keys: &[f16], dim: usize, ids: &[u32], out: &mut [f32]) {
-    for (j, (o, &id)) in out.iter_mut().zip(ids).enumerate() {
-        if let Some(&next) = ids.get(j + 1) {
-            prefetch_row(
-                keys.as_ptr().cast(),
-                next as usize * dim * 2,
-                dim * 2,
-                keys.len() * 2,
-            );
-        }
+    // Request every row first so that their cache misses overlap.
+    for &id in ids {
+        prefetch_row(
+            keys.as_ptr().cast(),
+            id as usize * dim * 2,
+            dim * 2,
+            keys.len() * 2,
+        );
+    }
+    for (o, &id) in out.iter_mut().zip(ids) {
         let start = id as usize * dim;
         // SAFETY: same target features as this function.
         *o = unsafe { dot_f16_avx2_inner(q, &keys[start..start + dim]) };
@@ -240,15 +242,16 @@ unsafe fn gather_f32_avx512_inner(
     ids: &[u32],
     out: &mut [f32],
 ) {
-    for (j, (o, &id)) in out.iter_mut().zip(ids).enumerate() {
-        if let Some(&next) = ids.get(j + 1) {
-            prefetch_row(
-                keys.as_ptr().cast(),
-                next as usize * dim * 4,
-                dim * 4,
-                keys.len() * 4,
-            );
-        }
+    // Request every row first so that their cache misses overlap.
+    for &id in ids {
+        prefetch_row(
+            keys.as_ptr().cast(),
+            id as usize * dim * 4,
+            dim * 4,
+            keys.len() * 4,
+        );
+    }
+    for (o, &id) in out.iter_mut().zip(ids) {
         let start = id as usize * dim;
         // SAFETY: same target features as this function.
         *o = unsafe { dot_f32_avx512_inner(q, &keys[start..start + dim]) };
@@ -263,15 +266,16 @@ unsafe fn gather_f16_avx512_inner(
     ids: &[u32],
     out: &mut [f32],
 ) {
-    for (j, (o, &id)) in out.iter_mut().zip(ids).enumerate() {
-        if let Some(&next) = ids.get(j + 1) {
-            prefetch_row(
-                keys.as_ptr().cast(),
-                next as usize * dim * 2,
-                dim * 2,
-                keys.len() * 2,
-            );
-        }
+    // Request every row first so that their cache misses overlap.
+    for &id in ids {
+        prefetch_row(
+            keys.as_ptr().cast(),
+            id as usize * dim * 2,
+            dim * 2,
+            keys.len() * 2,
+        );
+    }
+    for (o, &id) in out.iter_mut().zip(ids) {
         let start = id as usize * dim;
         // SAFETY: same target features as this function.
         *o = unsafe { dot_f16_avx512_inner(q, &keys[start..start + dim]) };
