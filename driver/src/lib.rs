@@ -1,0 +1,5 @@
+//! `qkindex-driver` library: the Llama-family model (GGUF loading, tokenizer, CPU forward pass) and
+//! the dump writer that the `qkindex` binary's subcommands use. Integration tests reach it here.
+
+pub mod model;
+pub mod npy;
