@@ -1,5 +1,5 @@
 //! Minimal `.npy` (format 1.0) support for float16 arrays, which `ndarray-npy` cannot write:
-//! a writer for the dump files and a reader (f16 or f32, C order) for tests and checks.
+//! a writer for the dump files (float16 or float32) and a reader (f16 or f32, C order) for tests and checks.
 //! Integer arrays (token ids) go through `ndarray-npy`.
 
 use std::io::{BufWriter, Write};
@@ -42,18 +42,41 @@ pub fn npy_header(descr: &str, shape: &[usize]) -> Vec<u8> {
     out
 }
 
-/// Writes a C-order float16 array of `shape` (`data.len()` must be the product of `shape`).
-pub fn write_npy_f16(path: &Path, shape: &[usize], data: &[f16]) -> std::io::Result<()> {
+/// Storage type of written float arrays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FloatDtype {
+    F16,
+    F32,
+}
+
+/// Writes a C-order float array of `shape` from f32 values, stored as `dtype` (`data.len()` must
+/// be the product of `shape`).
+pub fn write_npy_float(
+    path: &Path,
+    shape: &[usize],
+    data: &[f32],
+    dtype: FloatDtype,
+) -> std::io::Result<()> {
     if shape.iter().product::<usize>() != data.len() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             format!("shape {shape:?} does not hold {} values", data.len()),
         ));
     }
+    let descr = match dtype {
+        FloatDtype::F16 => "<f2",
+        FloatDtype::F32 => "<f4",
+    };
     let mut w = BufWriter::new(std::fs::File::create(path)?);
-    w.write_all(&npy_header("<f2", shape))?;
+    w.write_all(&npy_header(descr, shape))?;
     for chunk in data.chunks(1 << 16) {
-        let bytes: Vec<u8> = chunk.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let bytes: Vec<u8> = match dtype {
+            FloatDtype::F16 => chunk
+                .iter()
+                .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+                .collect(),
+            FloatDtype::F32 => chunk.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        };
         w.write_all(&bytes)?;
     }
     w.flush()
@@ -139,14 +162,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("qkindex-npy-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("tmp dir");
         let p = dir.join("a.npy");
-        let vals: Vec<f16> = (0..24)
-            .map(|i| f16::from_f32(i as f32 * 0.5 - 3.0))
-            .collect();
-        write_npy_f16(&p, &[2, 3, 4], &vals).expect("write");
-        let (shape, back) = read_npy_f32(&p).expect("read");
-        assert_eq!(shape, vec![2, 3, 4]);
-        assert_eq!(back[5], 5.0 * 0.5 - 3.0);
-        assert!(write_npy_f16(&p, &[5], &vals).is_err());
+        let vals: Vec<f32> = (0..24).map(|i| i as f32 * 0.5 - 3.0).collect();
+        for dtype in [FloatDtype::F16, FloatDtype::F32] {
+            write_npy_float(&p, &[2, 3, 4], &vals, dtype).expect("write");
+            let (shape, back) = read_npy_f32(&p).expect("read");
+            assert_eq!(shape, vec![2, 3, 4]);
+            assert_eq!(back, vals);
+        }
+        assert!(write_npy_float(&p, &[5], &vals, FloatDtype::F16).is_err());
         std::fs::write(&p, b"garbage").expect("write");
         assert!(read_npy_f32(&p).is_err());
         let _ = std::fs::remove_dir_all(&dir);

@@ -10,12 +10,11 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
-use half::f16;
 use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::Array1;
 use ndarray_npy::{read_npy, write_npy};
 use qkindex_driver::model::{argmax, LayerCapture, Model, ModelError, Timings};
-use qkindex_driver::npy::write_npy_f16;
+use qkindex_driver::npy::{write_npy_float, FloatDtype};
 
 use super::model_args::ModelArgs;
 
@@ -43,6 +42,9 @@ pub struct DumpArgs {
     /// Text for the manifest's `source` field [default: the input file's path].
     #[arg(long)]
     pub source: Option<String>,
+    /// Storage type of the q/k/v arrays (the reference dumps use f16).
+    #[arg(long, value_enum, default_value_t = Dtype::F16)]
+    pub dtype: Dtype,
     /// Output directory (created).
     #[arg(long)]
     pub out: PathBuf,
@@ -50,29 +52,33 @@ pub struct DumpArgs {
     pub model: ModelArgs,
 }
 
-/// Captured activations of one layer, float16, head-major: `q` is `n_q_heads × n_prefill × d`,
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Dtype {
+    F16,
+    F32,
+}
+
+/// Captured activations of one layer (f32, written as `--dtype`), head-major: `q` is `n_q_heads × n_prefill × d`,
 /// `k`/`v` `n_kv_heads × n_prefill × d`, and the `*dec` arrays the same with `n_decode` rows.
 #[derive(Debug, Default)]
 struct LayerDump {
-    q: Vec<f16>,
-    k: Vec<f16>,
-    v: Vec<f16>,
-    qdec: Vec<f16>,
-    kdec: Vec<f16>,
-    vdec: Vec<f16>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    qdec: Vec<f32>,
+    kdec: Vec<f32>,
+    vdec: Vec<f32>,
 }
 
 /// Copies `src` (row-major `n × (heads · d)`, rows at `row0..row0 + n`) into `dst`
 /// (head-major `heads × total × d`).
-fn scatter(dst: &mut [f16], src: &[f32], heads: usize, d: usize, total: usize, row0: usize) {
+fn scatter(dst: &mut [f32], src: &[f32], heads: usize, d: usize, total: usize, row0: usize) {
     let n = src.len() / (heads * d);
     for r in 0..n {
         for h in 0..heads {
             let s = &src[(r * heads + h) * d..(r * heads + h + 1) * d];
             let o = (h * total + row0 + r) * d;
-            for (x, &y) in dst[o..o + d].iter_mut().zip(s) {
-                *x = f16::from_f32(y);
-            }
+            dst[o..o + d].copy_from_slice(s);
         }
     }
 }
@@ -153,12 +159,12 @@ pub fn run(args: DumpArgs) -> anyhow::Result<()> {
         .iter()
         .map(|&l| {
             let ld = LayerDump {
-                q: vec![f16::ZERO; hq * n_prefill * d],
-                k: vec![f16::ZERO; hkv * n_prefill * d],
-                v: vec![f16::ZERO; hkv * n_prefill * d],
-                qdec: vec![f16::ZERO; hq * n_decode * d],
-                kdec: vec![f16::ZERO; hkv * n_decode * d],
-                vdec: vec![f16::ZERO; hkv * n_decode * d],
+                q: vec![0.0; hq * n_prefill * d],
+                k: vec![0.0; hkv * n_prefill * d],
+                v: vec![0.0; hkv * n_prefill * d],
+                qdec: vec![0.0; hq * n_decode * d],
+                kdec: vec![0.0; hkv * n_decode * d],
+                vdec: vec![0.0; hkv * n_decode * d],
             };
             (l, ld)
         })
@@ -267,7 +273,7 @@ fn write_dump(
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let (hq, hkv, d, n) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, prompt.len());
     for (&l, ld) in dumps {
-        let files: [(&str, usize, usize, &[f16]); 6] = [
+        let files: [(&str, usize, usize, &[f32]); 6] = [
             ("q", hq, n, &ld.q),
             ("k", hkv, n, &ld.k),
             ("v", hkv, n, &ld.v),
@@ -277,7 +283,11 @@ fn write_dump(
         ];
         for (kind, heads, rows, data) in files {
             let p = out.join(format!("layer{l:02}.{kind}.npy"));
-            write_npy_f16(&p, &[heads, rows, d], data)
+            let dtype = match args.dtype {
+                Dtype::F16 => FloatDtype::F16,
+                Dtype::F32 => FloatDtype::F32,
+            };
+            write_npy_float(&p, &[heads, rows, d], data, dtype)
                 .with_context(|| format!("writing {}", p.display()))?;
         }
     }

@@ -8,6 +8,7 @@
 //! | `weights.rs` | [`Config`] from metadata; f32 weights; undoing llama.cpp's q/k row permutation |
 //! | `tokenizer.rs` | byte-level BPE from the GGUF vocabulary; the chat template |
 //! | `ops.rs` | RMSNorm, RoPE, linear layers, SwiGLU, causal GQA attention |
+//! | `simd.rs` | vectorizable f32 loops, AVX2+FMA or portable, chosen at run time |
 //! | `llama.rs` | the forward pass with a KV cache and per-layer q/k/v capture |
 
 pub mod error;
@@ -15,6 +16,7 @@ pub mod gguf;
 pub mod llama;
 pub mod ops;
 pub mod quant;
+pub mod simd;
 pub mod tokenizer;
 pub mod weights;
 

@@ -1,0 +1,145 @@
+//! Hot f32 loops written so that LLVM vectorizes them, each compiled twice: portable (SSE2 on
+//! x86-64) and with AVX2+FMA enabled, chosen at run time by CPU feature detection (done once).
+//! No intrinsics: the same source gives the same results on both paths (no FMA contraction), so
+//! the choice never changes outputs. See STYLE.md §4 (`target_feature`, detect once).
+
+use std::sync::OnceLock;
+
+use super::ops::exp_f32;
+
+fn has_avx2_fma() -> bool {
+    static DETECTED: OnceLock<bool> = OnceLock::new();
+    *DETECTED.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
+}
+
+/// Defines `pub fn $name` that runs `$body` compiled with AVX2+FMA when available.
+macro_rules! dispatch {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident : $ty:ty),*) -> $ret:ty $body:block) => {
+        $(#[$doc])*
+        pub fn $name($($arg: $ty),*) -> $ret {
+            #[inline(always)]
+            fn body($($arg: $ty),*) -> $ret $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma")]
+                fn avx2($($arg: $ty),*) -> $ret {
+                    body($($arg),*)
+                }
+                if has_avx2_fma() {
+                    // SAFETY: the CPU supports AVX2 and FMA (run-time detection above).
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            body($($arg),*)
+        }
+    };
+}
+
+dispatch! {
+    /// `Σ a[i]·b[i]` with 16 independent accumulators (vectorizes).
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        let mut acc = [0f32; 16];
+        let ca = a.chunks_exact(16);
+        let cb = b.chunks_exact(16);
+        let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+        for (x, y) in ca.zip(cb) {
+            for i in 0..16 {
+                acc[i] += x[i] * y[i];
+            }
+        }
+        acc.iter().sum::<f32>() + tail
+    }
+}
+
+dispatch! {
+    /// Largest element (`-inf` for an empty slice; NaNs are skipped).
+    fn max(x: &[f32]) -> f32 {
+        let mut acc = [f32::NEG_INFINITY; 16];
+        let chunks = x.chunks_exact(16);
+        let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+        for c in chunks {
+            for i in 0..16 {
+                acc[i] = if c[i] > acc[i] { c[i] } else { acc[i] };
+            }
+        }
+        acc.iter().fold(tail, |m, &v| if v > m { v } else { m })
+    }
+}
+
+dispatch! {
+    /// `x[i] = exp(x[i] - shift)` in place; returns `Σ x[i]` after.
+    fn exp_shift_sum(x: &mut [f32], shift: f32) -> f32 {
+        for v in x.iter_mut() {
+            *v = exp_f32(*v - shift);
+        }
+        let mut acc = [0f32; 16];
+        let chunks = x.chunks_exact(16);
+        let tail: f32 = chunks.remainder().iter().sum();
+        for c in chunks {
+            for i in 0..16 {
+                acc[i] += c[i];
+            }
+        }
+        acc.iter().sum::<f32>() + tail
+    }
+}
+
+dispatch! {
+    /// `y[i] += a · x[i]`.
+    fn axpy(y: &mut [f32], a: f32, x: &[f32]) -> () {
+        for (yv, xv) in y.iter_mut().zip(x) {
+            *yv += a * xv;
+        }
+    }
+}
+
+dispatch! {
+    /// `gate[i] = silu(gate[i]) · up[i]` (SwiGLU).
+    fn swiglu(gate: &mut [f32], up: &[f32]) -> () {
+        for (g, u) in gate.iter_mut().zip(up) {
+            *g = *g / (1.0 + exp_f32(-*g)) * u;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_match_scalar() {
+        for n in [0usize, 1, 15, 16, 17, 64, 100] {
+            let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.31).sin()).collect();
+            let b: Vec<f32> = (0..n).map(|i| (i as f32 * 0.17).cos()).collect();
+            let d: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+            assert!((dot(&a, &b) - d).abs() < 1e-4);
+            let m = a.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!(max(&a), m);
+            let mut e = a.clone();
+            let s = exp_shift_sum(&mut e, 0.5);
+            let want: f32 = a.iter().map(|x| (x - 0.5).exp()).sum();
+            assert!((s - want).abs() <= 1e-5 * want.max(1.0));
+            let mut y = b.clone();
+            axpy(&mut y, 2.0, &a);
+            assert!(y
+                .iter()
+                .zip(a.iter().zip(&b))
+                .all(|(y, (a, b))| (y - (b + 2.0 * a)).abs() < 1e-6));
+            let mut g = a.clone();
+            swiglu(&mut g, &b);
+            for i in 0..n {
+                let want = a[i] / (1.0 + (-a[i]).exp()) * b[i];
+                assert!((g[i] - want).abs() < 1e-6);
+            }
+        }
+    }
+}
