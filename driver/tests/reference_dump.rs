@@ -59,14 +59,13 @@ fn rel_err(ours: &[f32], reference: &[f32], heads: usize, n: usize, n_ref: usize
 }
 
 /// Prefill + decode, capturing q/k of `LAYERS` head-major; returns per-layer (q, k) and the greedy ids.
-fn run(
-    m: &Model,
-    prompt: &[u32],
-    n_decode: usize,
-) -> (BTreeMap<usize, (Vec<f32>, Vec<f32>)>, Vec<u32>) {
+/// Per layer: head-major q and k.
+type Captured = BTreeMap<usize, (Vec<f32>, Vec<f32>)>;
+
+fn run(m: &Model, prompt: &[u32], n_decode: usize) -> (Captured, Vec<u32>) {
     let c = &m.llama.cfg;
     let (hq, hkv, d, n) = (c.n_heads, c.n_kv_heads, c.head_dim, prompt.len());
-    let mut got: BTreeMap<usize, (Vec<f32>, Vec<f32>)> = LAYERS
+    let mut got: Captured = LAYERS
         .iter()
         .map(|&l| (l, (vec![0f32; hq * n * d], vec![0f32; hkv * n * d])))
         .collect();
@@ -105,7 +104,7 @@ fn run(
     (got, gen)
 }
 
-fn check_qk(m: &Model, dump: &Path, n: usize, got: &BTreeMap<usize, (Vec<f32>, Vec<f32>)>) {
+fn check_qk(m: &Model, dump: &Path, n: usize, got: &Captured) {
     let c = &m.llama.cfg;
     for &l in &LAYERS {
         let (qs, qr) = read_npy_f32(&dump.join(format!("layer{l:02}.q.npy"))).expect("q");

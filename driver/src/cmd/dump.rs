@@ -221,7 +221,6 @@ pub fn run(args: DumpArgs) -> anyhow::Result<()> {
     }
     let decode_s = t1.elapsed().as_secs_f64();
     bar.finish_and_clear();
-    drop(capture);
 
     write_dump(
         &args,
