@@ -138,11 +138,13 @@ pub fn run(args: DumpArgs) -> anyhow::Result<()> {
     }
     let (n_prefill, n_decode) = (prompt.len(), args.decode);
     if n_prefill + n_decode > cfg.context_length {
-        return Err(ModelError::ContextOverflow {
+        let e = ModelError::ContextOverflow {
             got: n_prefill + n_decode,
             max: cfg.context_length,
-        }
-        .into());
+        };
+        return Err(anyhow::Error::new(e).context(format!(
+            "a prompt of {n_prefill} tokens plus {n_decode} decode steps does not fit (use --prefix or a smaller --decode)"
+        )));
     }
     let prompt_text = match input_text {
         Some(t) if args.prefix.is_none() => t,

@@ -185,11 +185,7 @@ fn attend_rows(
         let vt = &vh[t0 * hd..t1 * hd];
         if rows <= SMALL_ROWS {
             // Decode: a few rows; plain dot products beat a GEMM call here.
-            for (sr, qr) in st.chunks_exact_mut(w).zip(qb.chunks_exact(hd)) {
-                for (sv, kr) in sr.iter_mut().zip(kt.chunks_exact(hd)) {
-                    *sv = simd::dot(qr, kr) * scale;
-                }
-            }
+            simd::scores_small(qb, kt, hd, scale, st);
         } else {
             matmul(
                 MatMut::from_row_major_slice_mut(st, rows, w),
@@ -222,14 +218,7 @@ fn attend_rows(
             }
         }
         if rows <= SMALL_ROWS {
-            for (i, sr) in st.chunks_exact(w).enumerate() {
-                let o = &mut p.o[i * hd..(i + 1) * hd];
-                for (&pv, vr) in sr.iter().zip(vt.chunks_exact(hd)) {
-                    if pv != 0.0 {
-                        simd::axpy(o, pv, vr);
-                    }
-                }
-            }
+            simd::weighted_sum_small(st, vt, hd, &mut p.o);
         } else {
             matmul(
                 MatMut::from_row_major_slice_mut(&mut p.o, rows, hd),

@@ -44,19 +44,63 @@ macro_rules! dispatch {
     };
 }
 
+#[inline(always)]
+fn dot_impl(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let ca = a.chunks_exact(16);
+    let cb = b.chunks_exact(16);
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..16 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+#[inline(always)]
+fn axpy_impl(y: &mut [f32], a: f32, x: &[f32]) {
+    for (yv, xv) in y.iter_mut().zip(x) {
+        *yv += a * xv;
+    }
+}
+
 dispatch! {
     /// `Σ a[i]·b[i]` with 16 independent accumulators (vectorizes).
     fn dot(a: &[f32], b: &[f32]) -> f32 {
-        let mut acc = [0f32; 16];
-        let ca = a.chunks_exact(16);
-        let cb = b.chunks_exact(16);
-        let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
-        for (x, y) in ca.zip(cb) {
-            for i in 0..16 {
-                acc[i] += x[i] * y[i];
+        dot_impl(a, b)
+    }
+}
+
+dispatch! {
+    /// Scores of a few query rows against a key tile: `scores[i · w + j] = scale · q_i · k_j`, with
+    /// `q` row-major `rows × hd`, `keys` row-major `w × hd`, `scores` `rows × w`. One call per tile
+    /// keeps the dot products inlined (decode, where a GEMM call per tile costs more than it saves).
+    fn scores_small(q: &[f32], keys: &[f32], hd: usize, scale: f32, scores: &mut [f32]) -> () {
+        let w = keys.len() / hd;
+        for (sr, qr) in scores.chunks_exact_mut(w).zip(q.chunks_exact(hd)) {
+            for (sv, kr) in sr.iter_mut().zip(keys.chunks_exact(hd)) {
+                *sv = dot_impl(qr, kr) * scale;
             }
         }
-        acc.iter().sum::<f32>() + tail
+    }
+}
+
+dispatch! {
+    /// `out_i += Σ_j p[i · w + j] · v_j` for a few rows: `p` row-major `rows × w`, `values`
+    /// row-major `w × hd`, `out` `rows × hd`.
+    fn weighted_sum_small(p: &[f32], values: &[f32], hd: usize, out: &mut [f32]) -> () {
+        let w = values.len() / hd;
+        for (pr, or) in p.chunks_exact(w).zip(out.chunks_exact_mut(hd)) {
+            for (&pv, vr) in pr.iter().zip(values.chunks_exact(hd)) {
+                axpy_impl(or, pv, vr);
+            }
+        }
     }
 }
 
@@ -94,15 +138,6 @@ dispatch! {
 }
 
 dispatch! {
-    /// `y[i] += a · x[i]`.
-    fn axpy(y: &mut [f32], a: f32, x: &[f32]) -> () {
-        for (yv, xv) in y.iter_mut().zip(x) {
-            *yv += a * xv;
-        }
-    }
-}
-
-dispatch! {
     /// `gate[i] = silu(gate[i]) · up[i]` (SwiGLU).
     fn swiglu(gate: &mut [f32], up: &[f32]) -> () {
         for (g, u) in gate.iter_mut().zip(up) {
@@ -128,12 +163,18 @@ mod tests {
             let s = exp_shift_sum(&mut e, 0.5);
             let want: f32 = a.iter().map(|x| (x - 0.5).exp()).sum();
             assert!((s - want).abs() <= 1e-5 * want.max(1.0));
-            let mut y = b.clone();
-            axpy(&mut y, 2.0, &a);
-            assert!(y
-                .iter()
-                .zip(a.iter().zip(&b))
-                .all(|(y, (a, b))| (y - (b + 2.0 * a)).abs() < 1e-6));
+            if n > 0 {
+                let keys: Vec<f32> = (0..3 * n).map(|i| (i as f32 * 0.05).sin()).collect();
+                let mut sc = vec![0f32; 2 * 3];
+                let q2: Vec<f32> = a.iter().chain(&b).copied().collect();
+                scores_small(&q2, &keys, n, 0.5, &mut sc);
+                let want = dot(&b, &keys[2 * n..]) * 0.5;
+                assert!((sc[5] - want).abs() < 1e-5);
+                let mut o = vec![0f32; 2 * n];
+                weighted_sum_small(&sc, &keys, n, &mut o);
+                let want: f32 = (0..3).map(|j| sc[3 + j] * keys[j * n + 1 % n]).sum();
+                assert!((o[n + 1 % n] - want).abs() < 1e-5);
+            }
             let mut g = a.clone();
             swiglu(&mut g, &b);
             for i in 0..n {
