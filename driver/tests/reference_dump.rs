@@ -15,8 +15,10 @@ use qkindex_driver::npy::read_npy_f32;
 
 const LAYERS: [usize; 5] = [2, 9, 16, 23, 29];
 const TOLERANCE: f64 = 2e-3;
-/// Prompt tokens of the default (fast) check.
-const PREFIX: usize = 256;
+/// Prompt tokens of the default (fast) check: spans several 64-query blocks and 256-key tiles.
+const PREFIX: usize = 600;
+/// Of those, how many are fed one at a time (the decode path).
+const STEPS: usize = 8;
 
 fn fixtures() -> Option<(PathBuf, PathBuf)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -58,11 +60,13 @@ fn rel_err(ours: &[f32], reference: &[f32], heads: usize, n: usize, n_ref: usize
     (num / den).sqrt()
 }
 
-/// Prefill + decode, capturing q/k of `LAYERS` head-major; returns per-layer (q, k) and the greedy ids.
-/// Per layer: head-major q and k.
+/// Per layer: head-major q and k of the prompt positions.
 type Captured = BTreeMap<usize, (Vec<f32>, Vec<f32>)>;
 
-fn run(m: &Model, prompt: &[u32], n_decode: usize) -> (Captured, Vec<u32>) {
+/// Runs `prompt[..prompt.len() - n_step]` as one prefill, feeds its last `n_step` tokens one at a
+/// time (the decode path, teacher-forced), then `n_decode` greedy steps. Captures q/k of `LAYERS`
+/// at every prompt position; returns them and the greedy ids (argmax from the last prompt position on).
+fn run(m: &Model, prompt: &[u32], n_step: usize, n_decode: usize) -> (Captured, Vec<u32>) {
     let c = &m.llama.cfg;
     let (hq, hkv, d, n) = (c.n_heads, c.n_kv_heads, c.head_dim, prompt.len());
     let mut got: Captured = LAYERS
@@ -70,28 +74,37 @@ fn run(m: &Model, prompt: &[u32], n_decode: usize) -> (Captured, Vec<u32>) {
         .map(|&l| (l, (vec![0f32; hq * n * d], vec![0f32; hkv * n * d])))
         .collect();
     let mut cb = |cap: LayerCapture<'_>| {
-        if cap.pos0 != 0 {
+        let Some((q, k)) = got.get_mut(&cap.layer) else {
             return;
-        }
-        if let Some((q, k)) = got.get_mut(&cap.layer) {
-            for r in 0..n {
-                for h in 0..hq {
-                    q[(h * n + r) * d..(h * n + r + 1) * d]
-                        .copy_from_slice(&cap.q[(r * hq + h) * d..(r * hq + h + 1) * d]);
-                }
-                for h in 0..hkv {
-                    k[(h * n + r) * d..(h * n + r + 1) * d]
-                        .copy_from_slice(&cap.k[(r * hkv + h) * d..(r * hkv + h + 1) * d]);
-                }
+        };
+        for i in 0..cap.n {
+            let r = cap.pos0 + i;
+            if r >= n {
+                return;
+            }
+            for h in 0..hq {
+                q[(h * n + r) * d..(h * n + r + 1) * d]
+                    .copy_from_slice(&cap.q[(i * hq + h) * d..(i * hq + h + 1) * d]);
+            }
+            for h in 0..hkv {
+                k[(h * n + r) * d..(h * n + r + 1) * d]
+                    .copy_from_slice(&cap.k[(i * hkv + h) * d..(i * hkv + h + 1) * d]);
             }
         }
     };
     let mut cache = m.llama.new_cache(n + n_decode).expect("cache");
     let mut tm = Timings::default();
-    let hidden = m
+    let split = n - n_step;
+    let mut hidden = m
         .llama
-        .forward(prompt, &mut cache, Some(&mut cb), &mut tm)
+        .forward(&prompt[..split], &mut cache, Some(&mut cb), &mut tm)
         .expect("prefill");
+    for &t in &prompt[split..] {
+        hidden = m
+            .llama
+            .forward(&[t], &mut cache, Some(&mut cb), &mut tm)
+            .expect("teacher-forced step");
+    }
     let skip = |id: u32| m.tokenizer.is_control(id);
     let mut gen = vec![argmax(&m.llama.last_logits(&hidden, &mut tm), skip)];
     for t in 0..n_decode {
@@ -130,7 +143,8 @@ fn prefix_qk_match_reference() {
     let m = Model::load(&model, None).expect("model");
     let prompt = read_ids(&dump.join("prompt_ids.npy"));
     let n = PREFIX.min(prompt.len());
-    let (got, _) = run(&m, &prompt[..n], 0);
+    // The last STEPS positions go through the single-token (decode) path.
+    let (got, _) = run(&m, &prompt[..n], STEPS, 0);
     check_qk(&m, &dump, n, &got);
 }
 
@@ -161,7 +175,7 @@ fn full_prompt_and_greedy_tokens_match_reference() {
     let prompt = read_ids(&dump.join("prompt_ids.npy"));
     let want_gen = read_ids(&dump.join("generated_ids.npy"));
     let want_in = read_ids(&dump.join("decode_input_ids.npy"));
-    let (got, gen) = run(&m, &prompt, want_in.len());
+    let (got, gen) = run(&m, &prompt, 0, want_in.len());
     check_qk(&m, &dump, prompt.len(), &got);
     println!(
         "greedy: {} of {} tokens equal",
