@@ -21,11 +21,20 @@ struct Cli {
 enum Command {
     /// Recall benchmark of index kinds on a dump (recall, scanned fraction, QPS, build time).
     Bench(cmd::bench::BenchArgs),
+    /// Greedy text generation with the model (CPU), streaming tokens.
+    Generate(cmd::generate::GenerateArgs),
+    /// Teacher-forced perplexity of a text file.
+    Ppl(cmd::ppl::PplArgs),
+    /// Run a prompt and greedy decode steps; write q/k/v of chosen layers as a dump (DESIGN.md §4).
+    Dump(cmd::dump::DumpArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Generate(args) => cmd::generate::run(args),
+        Command::Ppl(args) => cmd::ppl::run(args),
+        Command::Dump(args) => cmd::dump::run(args),
     }
 }

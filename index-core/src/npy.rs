@@ -161,6 +161,11 @@ pub fn write_f32(path: &Path, shape: &[usize], data: &[f32]) -> Result<()> {
     write_with(path, shape, data.iter().copied())
 }
 
+/// Writes `data` (row-major, `shape`) as an int32 `.npy` file (token ids).
+pub fn write_i32(path: &Path, shape: &[usize], data: &[i32]) -> Result<()> {
+    write_with(path, shape, data.iter().copied())
+}
+
 /// Writes `data` (row-major, `shape`) as an int64 `.npy` file.
 pub fn write_i64(path: &Path, shape: &[usize], data: &[i64]) -> Result<()> {
     write_with(path, shape, data.iter().copied())

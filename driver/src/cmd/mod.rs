@@ -1,3 +1,7 @@
 //! One module per subcommand of the `qkindex` binary.
 
 pub mod bench;
+pub mod dump;
+pub mod generate;
+pub mod model_args;
+pub mod ppl;

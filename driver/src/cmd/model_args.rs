@@ -1,0 +1,35 @@
+//! Model-file arguments shared by `generate`, `ppl` and `dump`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Args;
+use qkindex_driver::model::Model;
+
+#[derive(Debug, Args)]
+pub struct ModelArgs {
+    /// GGUF model file [default: models/SmolLM2-135M-Instruct.Q4_1.gguf, sha256-checked].
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Expected sha256 of the model file (checked before loading).
+    #[arg(long)]
+    pub sha256: Option<String>,
+}
+
+impl ModelArgs {
+    /// Loads the model, reporting the time on stderr.
+    pub fn load(&self) -> anyhow::Result<Model> {
+        let t0 = Instant::now();
+        let m = Model::load_default_or(self.model.as_deref(), self.sha256.as_deref())
+            .context("loading the model")?;
+        eprintln!(
+            "loaded {} ({} layers) from {} in {:.2} s",
+            m.name,
+            m.llama.cfg.n_layers,
+            m.path.display(),
+            t0.elapsed().as_secs_f64()
+        );
+        Ok(m)
+    }
+}

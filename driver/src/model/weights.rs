@@ -1,0 +1,296 @@
+//! Model configuration from GGUF metadata and the f32 weights, dequantized once at load.
+//!
+//! llama.cpp's converter (`convert_hf_to_gguf.py`, `LlamaModel.permute`) reorders the rows of
+//! `attn_q` / `attn_k` within each head so that its interleaved RoPE (pairs `2i, 2i+1`) computes
+//! what Hugging Face's rotate-half RoPE (pairs `i, i + d/2`) computes. We undo that permutation at
+//! load ([`unpermute_rows`]) and apply rotate-half RoPE, so captured q and k are in the Hugging Face
+//! layout of the reference dumps.
+
+use rayon::prelude::*;
+
+use super::error::{ModelError, Result};
+use super::gguf::GgufFile;
+use super::quant::GgmlType;
+
+/// Hyperparameters of a Llama-family model (`llama.*` GGUF metadata).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub n_layers: usize,
+    /// Hidden size (`embedding_length`).
+    pub dim: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn_dim: usize,
+    pub vocab_size: usize,
+    pub context_length: usize,
+    pub rope_theta: f64,
+    pub rms_eps: f32,
+}
+
+impl Config {
+    /// Reads the configuration of a `general.architecture = "llama"` file.
+    pub fn from_gguf(g: &GgufFile) -> Result<Self> {
+        let arch = g.meta_str("general.architecture")?;
+        if arch != "llama" {
+            return Err(ModelError::Architecture(arch.to_string()));
+        }
+        let u = |k: &str| -> Result<usize> { Ok(g.meta_u64(&format!("llama.{k}"))? as usize) };
+        let dim = u("embedding_length")?;
+        let n_heads = u("attention.head_count")?;
+        let n_kv_heads = u("attention.head_count_kv").unwrap_or(n_heads);
+        let vocab_size = match u("vocab_size") {
+            Ok(v) => v,
+            Err(_) => g.meta_array("tokenizer.ggml.tokens")?.len(),
+        };
+        let bad = |key: &str, reason: &str| ModelError::Metadata {
+            key: key.into(),
+            reason: reason.into(),
+        };
+        if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
+            return Err(bad(
+                "llama.attention.head_count_kv",
+                "must divide the number of query heads",
+            ));
+        }
+        if dim % n_heads != 0 || (dim / n_heads) % 2 != 0 {
+            return Err(bad(
+                "llama.embedding_length",
+                "must be n_heads × an even head dim",
+            ));
+        }
+        let head_dim = dim / n_heads;
+        if let Ok(rope_dims) = u("rope.dimension_count") {
+            if rope_dims != head_dim {
+                return Err(bad(
+                    "llama.rope.dimension_count",
+                    "partial RoPE is not supported",
+                ));
+            }
+        }
+        let cfg = Self {
+            n_layers: u("block_count")?,
+            dim,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            ffn_dim: u("feed_forward_length")?,
+            vocab_size,
+            context_length: u("context_length")?,
+            rope_theta: g.meta_f64("llama.rope.freq_base").unwrap_or(10000.0),
+            rms_eps: g.meta_f64("llama.attention.layer_norm_rms_epsilon")? as f32,
+        };
+        if cfg.n_layers == 0 || cfg.ffn_dim == 0 || cfg.vocab_size == 0 || cfg.context_length == 0 {
+            return Err(bad("llama.*", "a dimension is zero"));
+        }
+        Ok(cfg)
+    }
+}
+
+/// A weight matrix, row-major `out_dim × in_dim` (PyTorch `Linear` layout): dequantized to f32 for
+/// batched GEMMs, and for Q4_1/Q8_0 files also the file's blocks (rows in the same order), which
+/// single-token matvecs read at 4.5–8.5 bits per weight instead of 32 (decode is memory-bound).
+#[derive(Debug)]
+pub struct Linear {
+    pub out_dim: usize,
+    pub in_dim: usize,
+    /// `out_dim × in_dim` f32.
+    pub f32: Vec<f32>,
+    /// Quantized rows, `out_dim × row_bytes`, when the file's type has a block kernel.
+    pub quant: Option<QuantRows>,
+}
+
+/// Quantized rows of a [`Linear`]: ggml type and raw blocks, `row_bytes` per row.
+#[derive(Debug)]
+pub struct QuantRows {
+    pub ty: GgmlType,
+    pub row_bytes: usize,
+    pub data: Vec<u8>,
+}
+
+/// One transformer block's weights.
+#[derive(Debug)]
+pub struct LayerWeights {
+    pub attn_norm: Vec<f32>,
+    /// `(n_heads · head_dim) × dim`, rows in Hugging Face order.
+    pub wq: Linear,
+    /// `(n_kv_heads · head_dim) × dim`, rows in Hugging Face order.
+    pub wk: Linear,
+    pub wv: Linear,
+    pub wo: Linear,
+    pub ffn_norm: Vec<f32>,
+    pub w_gate: Linear,
+    pub w_up: Linear,
+    pub w_down: Linear,
+}
+
+/// All weights of the model.
+#[derive(Debug)]
+pub struct Weights {
+    /// `vocab × dim`; also the output head (tied).
+    pub embed: Linear,
+    pub layers: Vec<LayerWeights>,
+    pub out_norm: Vec<f32>,
+}
+
+/// Loads the matrix `name` with GGUF dims `[in_dim, out_dim]`; `permute_heads` undoes llama.cpp's
+/// q/k row permutation for that many heads (on the f32 rows and the raw block rows alike).
+fn load_linear(
+    g: &GgufFile,
+    name: &str,
+    in_dim: usize,
+    out_dim: usize,
+    permute_heads: Option<(usize, usize)>,
+) -> Result<Linear> {
+    let mut f = g.dequantize(name, &[in_dim as u64, out_dim as u64])?;
+    let info = g.tensor(name)?;
+    let mut quant = match info.ggml_type {
+        // Block rows need whole blocks per row (32 weights).
+        GgmlType::Q4_1 | GgmlType::Q8_0 if in_dim.is_multiple_of(32) => {
+            let data = g.raw(name)?.to_vec();
+            let row_bytes = data.len() / out_dim;
+            Some(QuantRows {
+                ty: info.ggml_type,
+                row_bytes,
+                data,
+            })
+        }
+        _ => None,
+    };
+    if let Some((heads, head_dim)) = permute_heads {
+        f = unpermute_rows(&f, heads, head_dim, in_dim);
+        if let Some(q) = quant.as_mut() {
+            q.data = unpermute_rows(&q.data, heads, head_dim, q.row_bytes);
+        }
+    }
+    Ok(Linear {
+        out_dim,
+        in_dim,
+        f32: f,
+        quant,
+    })
+}
+
+/// Undoes llama.cpp's q/k row permutation: in each head of `head_dim` rows, GGUF row `2i + j`
+/// (`j ∈ {0, 1}`) is Hugging Face row `j · head_dim/2 + i`. `w` is row-major
+/// `(n_heads · head_dim) × cols`.
+pub fn unpermute_rows<T: Copy + Default>(
+    w: &[T],
+    n_heads: usize,
+    head_dim: usize,
+    cols: usize,
+) -> Vec<T> {
+    let half = head_dim / 2;
+    let mut out = vec![T::default(); w.len()];
+    for h in 0..n_heads {
+        for i in 0..half {
+            for j in 0..2 {
+                let src = (h * head_dim + 2 * i + j) * cols;
+                let dst = (h * head_dim + j * half + i) * cols;
+                out[dst..dst + cols].copy_from_slice(&w[src..src + cols]);
+            }
+        }
+    }
+    out
+}
+
+impl Weights {
+    /// Dequantizes every tensor of `cfg`'s model from `g` (in parallel over tensors).
+    pub fn from_gguf(g: &GgufFile, cfg: &Config) -> Result<Self> {
+        let (d, f, hd) = (cfg.dim, cfg.ffn_dim, cfg.head_dim);
+        let q = cfg.n_heads * hd;
+        let kv = cfg.n_kv_heads * hd;
+        let embed = load_linear(g, "token_embd.weight", d, cfg.vocab_size, None)?;
+        if let Ok(t) = g.tensor("output.weight") {
+            // Untied output heads exist in other Llama GGUFs; this driver ties them.
+            return Err(ModelError::Tensor {
+                tensor: t.name.clone(),
+                reason: "untied output head is not supported".into(),
+            });
+        }
+        let out_norm = g.dequantize("output_norm.weight", &[d as u64])?;
+        let layers = (0..cfg.n_layers)
+            .into_par_iter()
+            .map(|i| {
+                let name = |n: &str| format!("blk.{i}.{n}");
+                let lin = |n: &str, i_d, o_d, perm| load_linear(g, &name(n), i_d, o_d, perm);
+                Ok(LayerWeights {
+                    attn_norm: g.dequantize(&name("attn_norm.weight"), &[d as u64])?,
+                    wq: lin("attn_q.weight", d, q, Some((cfg.n_heads, hd)))?,
+                    wk: lin("attn_k.weight", d, kv, Some((cfg.n_kv_heads, hd)))?,
+                    wv: lin("attn_v.weight", d, kv, None)?,
+                    wo: lin("attn_output.weight", q, d, None)?,
+                    ffn_norm: g.dequantize(&name("ffn_norm.weight"), &[d as u64])?,
+                    w_gate: lin("ffn_gate.weight", d, f, None)?,
+                    w_up: lin("ffn_up.weight", d, f, None)?,
+                    w_down: lin("ffn_down.weight", f, d, None)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            embed,
+            layers,
+            out_norm,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// llama.cpp's `permute` (HF → GGUF): reshape(n_head, 2, hd/2, cols).swapaxes(1, 2).
+    fn permute(w: &[f32], n_heads: usize, head_dim: usize, cols: usize) -> Vec<f32> {
+        let half = head_dim / 2;
+        let mut out = vec![0f32; w.len()];
+        for h in 0..n_heads {
+            for j in 0..2 {
+                for i in 0..half {
+                    let src = (h * head_dim + j * half + i) * cols;
+                    let dst = (h * head_dim + 2 * i + j) * cols;
+                    out[dst..dst + cols].copy_from_slice(&w[src..src + cols]);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn unpermute_inverts_llama_cpp_permute() {
+        let (nh, hd, cols) = (3, 8, 5);
+        let w: Vec<f32> = (0..nh * hd * cols).map(|v| v as f32).collect();
+        assert_eq!(unpermute_rows(&permute(&w, nh, hd, cols), nh, hd, cols), w);
+        // head_dim 4, one column: GGUF rows [a, b, c, d] are HF rows [a, c, b, d].
+        assert_eq!(
+            unpermute_rows(&[0.0, 1.0, 2.0, 3.0], 1, 4, 1),
+            vec![0.0, 2.0, 1.0, 3.0]
+        );
+    }
+
+    #[test]
+    fn interleaved_rope_on_gguf_rows_equals_rotate_half_on_hf_rows() {
+        // The reason for the permutation: ggml's interleaved RoPE of x·W_gguf equals a permutation
+        // of HF rotate-half RoPE of x·W_hf. Check it on one head at one position.
+        let (hd, cols, pos, theta) = (8usize, 3usize, 7.0f64, 10000.0f64);
+        let w: Vec<f32> = (0..hd * cols).map(|v| (v as f32 * 0.7).sin()).collect();
+        let x = [0.3f32, -1.2, 0.8];
+        let proj = |w: &[f32]| -> Vec<f32> {
+            (0..hd)
+                .map(|r| (0..cols).map(|c| w[r * cols + c] * x[c]).sum())
+                .collect()
+        };
+        let ang = |i: usize| pos * theta.powf(-(2.0 * i as f64) / hd as f64);
+        let hf = proj(&w);
+        let gg = proj(&permute(&w, 1, hd, cols));
+        for i in 0..hd / 2 {
+            let (c, s) = (ang(i).cos() as f32, ang(i).sin() as f32);
+            // rotate-half on HF rows
+            let hf0 = hf[i] * c - hf[i + hd / 2] * s;
+            let hf1 = hf[i + hd / 2] * c + hf[i] * s;
+            // interleaved on GGUF rows
+            let gg0 = gg[2 * i] * c - gg[2 * i + 1] * s;
+            let gg1 = gg[2 * i + 1] * c + gg[2 * i] * s;
+            assert!((hf0 - gg0).abs() < 1e-6 && (hf1 - gg1).abs() < 1e-6);
+        }
+    }
+}

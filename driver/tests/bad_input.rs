@@ -1,0 +1,237 @@
+//! Bad input never panics: missing, truncated or mismatched model files, unsupported tensor types,
+//! prompts longer than the context. Uses a tiny Llama GGUF written here, so it always runs.
+//! Also checks on that tiny model that one batched prefill equals token-by-token decoding.
+
+use std::path::{Path, PathBuf};
+
+use qkindex_driver::model::gguf::{write_gguf, MetaValue};
+use qkindex_driver::model::{sha256_file, Model, ModelError, Timings};
+
+const DIM: u64 = 16;
+const HEADS: u64 = 4;
+const KV_HEADS: u64 = 2;
+const FFN: u64 = 32;
+const LAYERS: usize = 2;
+const CTX: u32 = 40;
+
+/// GPT-2's byte → printable-char map, enough to build a byte-level vocabulary.
+fn byte_token(b: u8) -> String {
+    let printable = |x: u8| (b'!'..=b'~').contains(&x) || (0xA1..=0xAC).contains(&x) || x >= 0xAE;
+    if printable(b) {
+        return char::from(b).to_string();
+    }
+    let n = (0..b).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(256 + n)
+        .map(String::from)
+        .unwrap_or_default()
+}
+
+fn values(n: usize, seed: f32) -> Vec<u8> {
+    (0..n)
+        .flat_map(|i| ((i as f32 * seed).sin() * 0.5).to_le_bytes())
+        .collect()
+}
+
+/// A tiny Llama GGUF; `bad_type` gives `blk.0.attn_q.weight` ggml type 12 (Q4_K) instead.
+fn tiny_gguf(bad_type: bool) -> Vec<u8> {
+    let mut tokens = vec![
+        MetaValue::Str("<|endoftext|>".into()),
+        MetaValue::Str("<|im_end|>".into()),
+    ];
+    tokens.extend((0..=255u8).map(|b| MetaValue::Str(byte_token(b))));
+    tokens.push(MetaValue::Str("he".into()));
+    let mut types = vec![MetaValue::I32(3), MetaValue::I32(3)];
+    types.extend((0..257).map(|_| MetaValue::I32(1)));
+    let vocab = tokens.len() as u64;
+    let meta = vec![
+        ("general.architecture", MetaValue::Str("llama".into())),
+        ("general.name", MetaValue::Str("tiny".into())),
+        ("llama.block_count", MetaValue::U32(LAYERS as u32)),
+        ("llama.context_length", MetaValue::U32(CTX)),
+        ("llama.embedding_length", MetaValue::U32(DIM as u32)),
+        ("llama.feed_forward_length", MetaValue::U32(FFN as u32)),
+        ("llama.attention.head_count", MetaValue::U32(HEADS as u32)),
+        (
+            "llama.attention.head_count_kv",
+            MetaValue::U32(KV_HEADS as u32),
+        ),
+        ("llama.rope.freq_base", MetaValue::F32(10000.0)),
+        (
+            "llama.attention.layer_norm_rms_epsilon",
+            MetaValue::F32(1e-5),
+        ),
+        ("tokenizer.ggml.model", MetaValue::Str("gpt2".into())),
+        ("tokenizer.ggml.pre", MetaValue::Str("smollm".into())),
+        ("tokenizer.ggml.tokens", MetaValue::Array(tokens)),
+        ("tokenizer.ggml.token_type", MetaValue::Array(types)),
+        (
+            "tokenizer.ggml.merges",
+            MetaValue::Array(vec![MetaValue::Str("h e".into())]),
+        ),
+        ("tokenizer.ggml.eos_token_id", MetaValue::U32(1)),
+    ];
+    let hd = DIM / HEADS;
+    let ones: Vec<u8> = (0..DIM).flat_map(|_| 1.0f32.to_le_bytes()).collect();
+    let mut owned: Vec<(String, Vec<u64>, u32, Vec<u8>)> = vec![
+        (
+            "token_embd.weight".into(),
+            vec![DIM, vocab],
+            0,
+            values((DIM * vocab) as usize, 0.37),
+        ),
+        ("output_norm.weight".into(), vec![DIM], 0, ones.clone()),
+    ];
+    for l in 0..LAYERS {
+        let s = 0.1 + l as f32 * 0.05;
+        let mut push = |name: &str, dims: Vec<u64>, ty: u32, data: Vec<u8>| {
+            owned.push((format!("blk.{l}.{name}"), dims, ty, data));
+        };
+        push("attn_norm.weight", vec![DIM], 0, ones.clone());
+        if bad_type && l == 0 {
+            // Q4_K: 256 weights in 144 bytes; DIM × DIM = 256.
+            push("attn_q.weight", vec![DIM, HEADS * hd], 12, vec![0u8; 144]);
+        } else {
+            push(
+                "attn_q.weight",
+                vec![DIM, HEADS * hd],
+                0,
+                values((DIM * DIM) as usize, s),
+            );
+        }
+        push(
+            "attn_k.weight",
+            vec![DIM, KV_HEADS * hd],
+            0,
+            values((DIM * KV_HEADS * hd) as usize, s + 0.01),
+        );
+        push(
+            "attn_v.weight",
+            vec![DIM, KV_HEADS * hd],
+            0,
+            values((DIM * KV_HEADS * hd) as usize, s + 0.02),
+        );
+        push(
+            "attn_output.weight",
+            vec![DIM, DIM],
+            0,
+            values((DIM * DIM) as usize, s + 0.03),
+        );
+        push("ffn_norm.weight", vec![DIM], 0, ones.clone());
+        push(
+            "ffn_gate.weight",
+            vec![DIM, FFN],
+            0,
+            values((DIM * FFN) as usize, s + 0.04),
+        );
+        push(
+            "ffn_up.weight",
+            vec![DIM, FFN],
+            0,
+            values((DIM * FFN) as usize, s + 0.05),
+        );
+        push(
+            "ffn_down.weight",
+            vec![FFN, DIM],
+            0,
+            values((DIM * FFN) as usize, s + 0.06),
+        );
+    }
+    let tensors: Vec<(&str, &[u64], u32, &[u8])> = owned
+        .iter()
+        .map(|(n, d, t, b)| (n.as_str(), d.as_slice(), *t, b.as_slice()))
+        .collect();
+    write_gguf(&meta, &tensors)
+}
+
+fn tmp(name: &str, bytes: &[u8]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("qkindex-bad-input-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).expect("write tmp file");
+    p
+}
+
+#[test]
+fn tiny_model_loads_and_prefill_equals_decode() {
+    let p = tmp("tiny.gguf", &tiny_gguf(false));
+    let m = Model::load(&p, None).expect("tiny model loads");
+    let ids = m.tokenizer.encode("hello <|im_end|> 42").expect("encode");
+    assert!(ids.contains(&1));
+    let mut tm = Timings::default();
+    let mut c1 = m.llama.new_cache(ids.len()).expect("cache");
+    let full = m
+        .llama
+        .forward(&ids, &mut c1, None, &mut tm)
+        .expect("prefill");
+    let mut c2 = m.llama.new_cache(ids.len()).expect("cache");
+    let dim = m.llama.cfg.dim;
+    for (i, &t) in ids.iter().enumerate() {
+        let h = m
+            .llama
+            .forward(&[t], &mut c2, None, &mut tm)
+            .expect("decode");
+        for (a, b) in h.iter().zip(&full[i * dim..(i + 1) * dim]) {
+            assert!((a - b).abs() < 1e-4, "position {i}: {a} vs {b}");
+        }
+    }
+    let logits = m.llama.last_logits(&full, &mut tm);
+    assert_eq!(logits.len(), m.llama.cfg.vocab_size);
+    assert!(logits.iter().all(|x| x.is_finite()));
+}
+
+#[test]
+fn prompt_longer_than_context_is_an_error() {
+    let p = tmp("tiny-ctx.gguf", &tiny_gguf(false));
+    let m = Model::load(&p, None).expect("tiny model loads");
+    assert!(matches!(
+        m.llama.new_cache(CTX as usize + 1),
+        Err(ModelError::ContextOverflow { .. })
+    ));
+    let mut cache = m.llama.new_cache(CTX as usize).expect("cache");
+    let ids = vec![5u32; CTX as usize + 3];
+    let r = m
+        .llama
+        .forward(&ids, &mut cache, None, &mut Timings::default());
+    let e = r.expect_err("too long");
+    assert!(
+        matches!(e, ModelError::ContextOverflow { got: 43, max: 40 }),
+        "{e}"
+    );
+    let r = m
+        .llama
+        .forward(&[100_000], &mut cache, None, &mut Timings::default());
+    assert!(matches!(r, Err(ModelError::TokenId { .. })));
+}
+
+#[test]
+fn missing_truncated_and_wrong_checksum() {
+    let missing = Path::new("/nonexistent/model.gguf");
+    let e = Model::load(missing, None).expect_err("missing");
+    assert!(matches!(e, ModelError::ModelNotFound { .. }));
+    assert!(e.to_string().contains("get-model.sh"), "{e}");
+
+    let bytes = tiny_gguf(false);
+    for cut in [0, 3, 20, 100, bytes.len() / 2, bytes.len() - 1] {
+        let p = tmp(&format!("cut{cut}.gguf"), &bytes[..cut]);
+        let e = Model::load(&p, None).expect_err("truncated");
+        assert!(matches!(e, ModelError::Format { .. }), "cut {cut}: {e}");
+    }
+
+    let p = tmp("tiny-sha.gguf", &bytes);
+    let good = sha256_file(&p).expect("sha");
+    assert!(Model::load(&p, Some(&good)).is_ok());
+    let wrong = "0".repeat(64);
+    let e = Model::load(&p, Some(&wrong)).expect_err("checksum");
+    assert!(matches!(e, ModelError::Checksum { .. }), "{e}");
+}
+
+#[test]
+fn unsupported_tensor_type_is_named() {
+    let p = tmp("tiny-q4k.gguf", &tiny_gguf(true));
+    let e = Model::load(&p, None).expect_err("Q4_K");
+    assert!(
+        matches!(e, ModelError::UnsupportedType { type_id: 12, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("Q4_K"), "{e}");
+}
