@@ -192,7 +192,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
                             (train.clone(), "queries")
                         };
                         let t = Instant::now();
-                        let idx = AttentionIndex::build(keys.clone(), &train_q, &params, &CpuKnn)?;
+                        let spinner = build_spinner(&format!(
+                            "building {other} for layer {layer} head {h} ({} keys)",
+                            keys.len()
+                        ));
+                        let idx = AttentionIndex::build(keys.clone(), &train_q, &params, &CpuKnn);
+                        spinner.finish_and_clear();
+                        let idx = idx?;
                         let s = idx.build_stats();
                         eprintln!(
                             "layer {layer} head {h} {other}: built from {} {source} in {:.2}s (knn {:.2}s, projection {:.2}s, connectivity {:.2}s; {} keys linked)",
@@ -401,4 +407,16 @@ fn measure(
         mass_ratio: mass_ratio / nqf,
         output_cosine: values.map(|_| cosine / nqf),
     })
+}
+
+/// A spinner with elapsed time for builds (drawn only when stderr is a terminal; builds of large
+/// heads take minutes).
+fn build_spinner(message: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new_spinner();
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]") {
+        bar.set_style(style);
+    }
+    bar.set_message(message.to_string());
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    bar
 }
