@@ -30,8 +30,9 @@ macro_rules! dispatch {
             fn body($($arg: $ty),*) -> $ret $body
             #[cfg(target_arch = "x86_64")]
             {
+                // `unsafe fn`: safe `#[target_feature]` functions need Rust 1.86; we support 1.85.
                 #[target_feature(enable = "avx2,fma")]
-                fn avx2($($arg: $ty),*) -> $ret {
+                unsafe fn avx2($($arg: $ty),*) -> $ret {
                     body($($arg),*)
                 }
                 if has_avx2_fma() {
