@@ -117,24 +117,9 @@ dispatch! {
     }
 }
 
-/// f16 → f32, exact for every bit pattern, inlined: `half`'s F16C path is an out-of-line call,
-/// which inside the block loops spilled every vector register.
-#[inline(always)]
-fn f16_bits_to_f32(h: u16) -> f32 {
-    let sign = u32::from(h & 0x8000) << 16;
-    let exp = u32::from((h >> 10) & 0x1F);
-    let man = u32::from(h & 0x03FF);
-    match exp {
-        // Zero and subnormals: man · 2^-24 (exact in f32).
-        0 => f32::from_bits((man as f32 * (1.0 / 16_777_216.0)).to_bits() | sign),
-        0x1F => f32::from_bits(sign | 0x7F80_0000 | (man << 13)),
-        _ => f32::from_bits(sign | ((exp + 112) << 23) | (man << 13)),
-    }
-}
-
 #[inline(always)]
 fn f16_at(b: &[u8], at: usize) -> f32 {
-    f16_bits_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+    half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
 }
 
 dispatch! {
@@ -240,18 +225,6 @@ dispatch! {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn f16_conversion_is_exact() {
-        for h in 0..=u16::MAX {
-            let want = half::f16::from_bits(h).to_f32();
-            let got = f16_bits_to_f32(h);
-            assert!(
-                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
-                "{h:#x}"
-            );
-        }
-    }
 
     #[test]
     fn quantized_dots_equal_dot_on_dequantized_rows() {
