@@ -130,24 +130,14 @@ dispatch! {
     fn dot_q4_1(row: &[u8], x: &[f32]) -> f32 {
         let mut acc = [0f32; 16];
         for (blk, xb) in row.chunks_exact(20).zip(x.chunks_exact(32)) {
-            // Fixed-size views (no bounds checks below) and decoding the block before the
-            // multiply-adds let the loops vectorize; same operations in the same order.
-            let (Ok(qs), Ok(xb)) = (<&[u8; 16]>::try_from(&blk[4..20]), <&[f32; 32]>::try_from(xb))
-            else {
-                continue;
-            };
             let d = f16_at(blk, 0);
             let m = f16_at(blk, 2);
-            let mut w = [0f32; 32];
+            let qs = &blk[4..20];
             for i in 0..16 {
-                w[i] = i32::from(qs[i] & 0x0F) as f32 * d + m;
-                w[16 + i] = i32::from(qs[i] >> 4) as f32 * d + m;
+                acc[i] += (f32::from(qs[i] & 0x0F) * d + m) * xb[i];
             }
             for i in 0..16 {
-                acc[i] += w[i] * xb[i];
-            }
-            for i in 0..16 {
-                acc[i] += w[16 + i] * xb[16 + i];
+                acc[i] += (f32::from(qs[i] >> 4) * d + m) * xb[16 + i];
             }
         }
         hsum16(acc) + 0.0
@@ -160,20 +150,13 @@ dispatch! {
     fn dot_q8_0(row: &[u8], x: &[f32]) -> f32 {
         let mut acc = [0f32; 16];
         for (blk, xb) in row.chunks_exact(34).zip(x.chunks_exact(32)) {
-            let (Ok(qs), Ok(xb)) = (<&[u8; 32]>::try_from(&blk[2..34]), <&[f32; 32]>::try_from(xb))
-            else {
-                continue;
-            };
             let d = f16_at(blk, 0);
-            let mut w = [0f32; 32];
-            for i in 0..32 {
-                w[i] = i32::from(qs[i] as i8) as f32 * d;
+            let qs = &blk[2..34];
+            for i in 0..16 {
+                acc[i] += (f32::from(qs[i] as i8) * d) * xb[i];
             }
             for i in 0..16 {
-                acc[i] += w[i] * xb[i];
-            }
-            for i in 0..16 {
-                acc[i] += w[16 + i] * xb[16 + i];
+                acc[i] += (f32::from(qs[16 + i] as i8) * d) * xb[16 + i];
             }
         }
         hsum16(acc) + 0.0
