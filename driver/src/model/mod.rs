@@ -5,7 +5,7 @@
 //! | `error.rs` | [`ModelError`], the typed errors of everything below |
 //! | `gguf.rs` | GGUF reader (metadata, tensor table, mmap) and a small writer for tests |
 //! | `quant.rs` | ggml types; dequantization of F32, F16, Q4_1, Q8_0 |
-//! | `weights.rs` | [`Config`] from metadata; f32 weights (+ Q4_1/Q8_0 block rows for matvecs); undoing llama.cpp's q/k row permutation |
+//! | `weights.rs` | [`Config`] from metadata; f32 weights; undoing llama.cpp's q/k row permutation |
 //! | `tokenizer.rs` | byte-level BPE from the GGUF vocabulary; the chat template |
 //! | `ops.rs` | RMSNorm, RoPE, linear layers, SwiGLU, causal GQA attention |
 //! | `simd.rs` | vectorizable f32 loops, AVX2+FMA or portable, chosen at run time |
