@@ -387,18 +387,6 @@ impl GgufFile {
             })
     }
 
-    /// The raw bytes of tensor `name` (supported types only).
-    pub fn raw(&self, name: &str) -> Result<&[u8]> {
-        let info = self.tensor(name)?;
-        let n_bytes = info.n_bytes.ok_or_else(|| ModelError::UnsupportedType {
-            tensor: name.into(),
-            type_id: info.ggml_type.id(),
-            type_name: info.ggml_type.name(),
-        })?;
-        // In bounds: checked against the file length in `parse`.
-        Ok(&self.bytes()[info.start as usize..(info.start + n_bytes) as usize])
-    }
-
     /// The tensor `name` dequantized to f32, in file order (row-major `dims[1] × dims[0]` for a
     /// matrix), after checking that its dims equal `expect_dims` (fastest first).
     pub fn dequantize(&self, name: &str, expect_dims: &[u64]) -> Result<Vec<f32>> {

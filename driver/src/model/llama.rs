@@ -142,7 +142,7 @@ impl Llama {
 
         let mut x = vec![0f32; n * dim];
         for (row, &t) in x.chunks_exact_mut(dim).zip(tokens) {
-            row.copy_from_slice(&self.w.embed.f32[t as usize * dim..(t as usize + 1) * dim]);
+            row.copy_from_slice(&self.w.embed[t as usize * dim..(t as usize + 1) * dim]);
         }
         let mut h = vec![0f32; n * dim];
         let mut q = vec![0f32; n * q_dim];
@@ -163,9 +163,9 @@ impl Llama {
             h.copy_from_slice(&x);
             ops::rms_norm(&mut h, &l.attn_norm, c.rms_eps);
             lap(&mut timings.other, &mut t0);
-            ops::linear(&h, n, &l.wq, &mut q);
-            ops::linear(&h, n, &l.wk, &mut k);
-            ops::linear(&h, n, &l.wv, &mut v);
+            ops::linear(&h, n, &l.wq, q_dim, dim, &mut q);
+            ops::linear(&h, n, &l.wk, kv_dim, dim, &mut k);
+            ops::linear(&h, n, &l.wv, kv_dim, dim, &mut v);
             lap(&mut timings.matmul, &mut t0);
             self.rope.apply(&mut q, c.n_heads, pos0);
             self.rope.apply(&mut k, c.n_kv_heads, pos0);
@@ -191,7 +191,7 @@ impl Llama {
             lap(&mut timings.other, &mut t0);
             ops::attention(&q, kc, vc, shape, pos0, n, &mut att);
             lap(&mut timings.attention, &mut t0);
-            ops::linear(&att, n, &l.wo, &mut h);
+            ops::linear(&att, n, &l.wo, dim, q_dim, &mut h);
             lap(&mut timings.matmul, &mut t0);
             for (xv, hv) in x.iter_mut().zip(&h) {
                 *xv += hv;
@@ -199,12 +199,12 @@ impl Llama {
             h.copy_from_slice(&x);
             ops::rms_norm(&mut h, &l.ffn_norm, c.rms_eps);
             lap(&mut timings.other, &mut t0);
-            ops::linear(&h, n, &l.w_gate, &mut gate);
-            ops::linear(&h, n, &l.w_up, &mut up);
+            ops::linear(&h, n, &l.w_gate, c.ffn_dim, dim, &mut gate);
+            ops::linear(&h, n, &l.w_up, c.ffn_dim, dim, &mut up);
             lap(&mut timings.matmul, &mut t0);
             ops::swiglu(&mut gate, &up);
             lap(&mut timings.other, &mut t0);
-            ops::linear(&gate, n, &l.w_down, &mut h);
+            ops::linear(&gate, n, &l.w_down, dim, c.ffn_dim, &mut h);
             lap(&mut timings.matmul, &mut t0);
             for (xv, hv) in x.iter_mut().zip(&h) {
                 *xv += hv;
@@ -222,7 +222,14 @@ impl Llama {
         let t0 = Instant::now();
         let rows = hidden.len() / self.cfg.dim;
         let mut out = vec![0f32; rows * self.cfg.vocab_size];
-        ops::linear(hidden, rows, &self.w.embed, &mut out);
+        ops::linear(
+            hidden,
+            rows,
+            &self.w.embed,
+            self.cfg.vocab_size,
+            self.cfg.dim,
+            &mut out,
+        );
         timings.matmul += t0.elapsed();
         out
     }

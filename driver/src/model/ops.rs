@@ -17,38 +17,27 @@ pub fn rms_norm(x: &mut [f32], weight: &[f32], eps: f32) {
     });
 }
 
-use super::quant::GgmlType;
 use super::simd;
 pub use super::simd::dot;
-use super::weights::Linear;
 
-/// `y = x · wᵀ`: `x` is row-major `n × in_dim`, `w` a `out_dim × in_dim` [`Linear`], `y` row-major
-/// `n × out_dim`. Batches go through faer on the f32 weights; a single row is a rayon-parallel
-/// matvec, over the quantized blocks when the file had them (bit-identical to the f32 matvec).
-pub fn linear(x: &[f32], n: usize, w: &Linear, y: &mut [f32]) {
-    let (out_dim, in_dim) = (w.out_dim, w.in_dim);
+/// `y = x · wᵀ`: `x` is row-major `n × in_dim`, `w` row-major `out_dim × in_dim` (a PyTorch
+/// `Linear` weight), `y` row-major `n × out_dim`. Batches go through faer; a single row is a
+/// rayon-parallel matvec (one dot product per output row).
+pub fn linear(x: &[f32], n: usize, w: &[f32], out_dim: usize, in_dim: usize, y: &mut [f32]) {
     debug_assert_eq!(x.len(), n * in_dim);
+    debug_assert_eq!(w.len(), out_dim * in_dim);
     debug_assert_eq!(y.len(), n * out_dim);
     if n == 1 {
         y.par_chunks_mut(64).enumerate().for_each(|(c, ys)| {
             for (j, yv) in ys.iter_mut().enumerate() {
                 let o = c * 64 + j;
-                *yv = match &w.quant {
-                    Some(q) => {
-                        let row = &q.data[o * q.row_bytes..(o + 1) * q.row_bytes];
-                        match q.ty {
-                            GgmlType::Q4_1 => simd::dot_q4_1(row, x),
-                            _ => simd::dot_q8_0(row, x),
-                        }
-                    }
-                    None => dot(x, &w.f32[o * in_dim..(o + 1) * in_dim]),
-                };
+                *yv = dot(x, &w[o * in_dim..(o + 1) * in_dim]);
             }
         });
         return;
     }
     let xm = MatRef::from_row_major_slice(x, n, in_dim);
-    let wt = MatRef::from_row_major_slice(&w.f32, out_dim, in_dim).transpose();
+    let wt = MatRef::from_row_major_slice(w, out_dim, in_dim).transpose();
     let ym = MatMut::from_row_major_slice_mut(y, n, out_dim);
     matmul(ym, Accum::Replace, xm, wt, 1.0f32, Par::rayon(0));
 }
@@ -368,17 +357,12 @@ mod tests {
     fn linear_batch_matches_matvec() {
         let (n, i, o) = (3, 37, 5);
         let x: Vec<f32> = (0..n * i).map(|v| (v as f32 * 0.37).sin()).collect();
-        let w = Linear {
-            out_dim: o,
-            in_dim: i,
-            f32: (0..o * i).map(|v| (v as f32 * 0.11).cos()).collect(),
-            quant: None,
-        };
+        let w: Vec<f32> = (0..o * i).map(|v| (v as f32 * 0.11).cos()).collect();
         let mut y = vec![0f32; n * o];
-        linear(&x, n, &w, &mut y);
+        linear(&x, n, &w, o, i, &mut y);
         for r in 0..n {
             let mut y1 = vec![0f32; o];
-            linear(&x[r * i..(r + 1) * i], 1, &w, &mut y1);
+            linear(&x[r * i..(r + 1) * i], 1, &w, o, i, &mut y1);
             for c in 0..o {
                 assert!((y[r * o + c] - y1[c]).abs() < 1e-4);
             }

@@ -30,8 +30,9 @@ macro_rules! dispatch {
             fn body($($arg: $ty),*) -> $ret $body
             #[cfg(target_arch = "x86_64")]
             {
+                // `unsafe fn`: safe `#[target_feature]` functions need Rust 1.86; we support 1.85.
                 #[target_feature(enable = "avx2,fma")]
-                fn avx2($($arg: $ty),*) -> $ret {
+                unsafe fn avx2($($arg: $ty),*) -> $ret {
                     body($($arg),*)
                 }
                 if has_avx2_fma() {
@@ -116,69 +117,6 @@ dispatch! {
     }
 }
 
-#[inline(always)]
-fn f16_at(b: &[u8], at: usize) -> f32 {
-    half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
-}
-
-dispatch! {
-    /// `Σ w[i]·x[i]` for a row `w` stored as Q4_1 blocks (20 bytes per 32 weights; see `quant.rs`).
-    /// Each weight is decoded as `q·d + m` exactly as `quant::dequantize_into` does, and the
-    /// products go into the same 16 accumulators in the same order as [`dot`] on the dequantized
-    /// row, so the result is bit-identical to the f32 path while reading 4.5 bits per weight.
-    fn dot_q4_1(row: &[u8], x: &[f32]) -> f32 {
-        let mut acc = [0f32; 16];
-        for (blk, xb) in row.chunks_exact(20).zip(x.chunks_exact(32)) {
-            // Fixed-size views (no bounds checks below) and decoding the block before the
-            // multiply-adds let the loops vectorize; same operations in the same order.
-            let (Ok(qs), Ok(xb)) = (<&[u8; 16]>::try_from(&blk[4..20]), <&[f32; 32]>::try_from(xb))
-            else {
-                continue;
-            };
-            let d = f16_at(blk, 0);
-            let m = f16_at(blk, 2);
-            let mut w = [0f32; 32];
-            for i in 0..16 {
-                w[i] = i32::from(qs[i] & 0x0F) as f32 * d + m;
-                w[16 + i] = i32::from(qs[i] >> 4) as f32 * d + m;
-            }
-            for i in 0..16 {
-                acc[i] += w[i] * xb[i];
-            }
-            for i in 0..16 {
-                acc[i] += w[16 + i] * xb[16 + i];
-            }
-        }
-        hsum16(acc) + 0.0
-    }
-}
-
-dispatch! {
-    /// `Σ w[i]·x[i]` for a row stored as Q8_0 blocks (34 bytes per 32 weights); bit-identical to
-    /// [`dot`] on the dequantized row, like [`dot_q4_1`].
-    fn dot_q8_0(row: &[u8], x: &[f32]) -> f32 {
-        let mut acc = [0f32; 16];
-        for (blk, xb) in row.chunks_exact(34).zip(x.chunks_exact(32)) {
-            let (Ok(qs), Ok(xb)) = (<&[u8; 32]>::try_from(&blk[2..34]), <&[f32; 32]>::try_from(xb))
-            else {
-                continue;
-            };
-            let d = f16_at(blk, 0);
-            let mut w = [0f32; 32];
-            for i in 0..32 {
-                w[i] = i32::from(qs[i] as i8) as f32 * d;
-            }
-            for i in 0..16 {
-                acc[i] += w[i] * xb[i];
-            }
-            for i in 0..16 {
-                acc[i] += w[16 + i] * xb[16 + i];
-            }
-        }
-        hsum16(acc) + 0.0
-    }
-}
-
 dispatch! {
     /// Largest element (`-inf` for an empty slice; NaNs are skipped).
     fn max(x: &[f32]) -> f32 {
@@ -224,27 +162,6 @@ dispatch! {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn quantized_dots_equal_dot_on_dequantized_rows() {
-        use crate::model::quant::{dequantize_into, GgmlType};
-        let n = 96;
-        let x: Vec<f32> = (0..n).map(|i| (i as f32 * 0.21).sin()).collect();
-        let mut q41 = Vec::new();
-        let mut q80 = Vec::new();
-        for b in 0..n / 32 {
-            q41.extend_from_slice(&half::f16::from_f32(0.03 + b as f32 * 0.01).to_le_bytes());
-            q41.extend_from_slice(&half::f16::from_f32(-0.2).to_le_bytes());
-            q41.extend((0..16).map(|j| (j * 37 + b * 11) as u8));
-            q80.extend_from_slice(&half::f16::from_f32(0.011 * (b + 1) as f32).to_le_bytes());
-            q80.extend((0..32).map(|j| (j * 53 + b * 7) as u8));
-        }
-        let mut w = vec![0f32; n];
-        assert!(dequantize_into(GgmlType::Q4_1, &q41, &mut w));
-        assert_eq!(dot_q4_1(&q41, &x).to_bits(), dot(&w, &x).to_bits());
-        assert!(dequantize_into(GgmlType::Q8_0, &q80, &mut w));
-        assert_eq!(dot_q8_0(&q80, &x).to_bits(), dot(&w, &x).to_bits());
-    }
 
     #[test]
     fn kernels_match_scalar() {

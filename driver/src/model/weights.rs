@@ -10,7 +10,6 @@ use rayon::prelude::*;
 
 use super::error::{ModelError, Result};
 use super::gguf::GgufFile;
-use super::quant::GgmlType;
 
 /// Hyperparameters of a Llama-family model (`llama.*` GGUF metadata).
 #[derive(Debug, Clone, PartialEq)]
@@ -87,101 +86,37 @@ impl Config {
     }
 }
 
-/// A weight matrix, row-major `out_dim × in_dim` (PyTorch `Linear` layout): dequantized to f32 for
-/// batched GEMMs, and for Q4_1/Q8_0 files also the file's blocks (rows in the same order), which
-/// single-token matvecs read at 4.5–8.5 bits per weight instead of 32 (decode is memory-bound).
-#[derive(Debug)]
-pub struct Linear {
-    pub out_dim: usize,
-    pub in_dim: usize,
-    /// `out_dim × in_dim` f32.
-    pub f32: Vec<f32>,
-    /// Quantized rows, `out_dim × row_bytes`, when the file's type has a block kernel.
-    pub quant: Option<QuantRows>,
-}
-
-/// Quantized rows of a [`Linear`]: ggml type and raw blocks, `row_bytes` per row.
-#[derive(Debug)]
-pub struct QuantRows {
-    pub ty: GgmlType,
-    pub row_bytes: usize,
-    pub data: Vec<u8>,
-}
-
-/// One transformer block's weights.
+/// One transformer block's weights, f32 row-major `out × in` (PyTorch `Linear` layout).
 #[derive(Debug)]
 pub struct LayerWeights {
     pub attn_norm: Vec<f32>,
     /// `(n_heads · head_dim) × dim`, rows in Hugging Face order.
-    pub wq: Linear,
+    pub wq: Vec<f32>,
     /// `(n_kv_heads · head_dim) × dim`, rows in Hugging Face order.
-    pub wk: Linear,
-    pub wv: Linear,
-    pub wo: Linear,
+    pub wk: Vec<f32>,
+    pub wv: Vec<f32>,
+    pub wo: Vec<f32>,
     pub ffn_norm: Vec<f32>,
-    pub w_gate: Linear,
-    pub w_up: Linear,
-    pub w_down: Linear,
+    pub w_gate: Vec<f32>,
+    pub w_up: Vec<f32>,
+    pub w_down: Vec<f32>,
 }
 
 /// All weights of the model.
 #[derive(Debug)]
 pub struct Weights {
     /// `vocab × dim`; also the output head (tied).
-    pub embed: Linear,
+    pub embed: Vec<f32>,
     pub layers: Vec<LayerWeights>,
     pub out_norm: Vec<f32>,
-}
-
-/// Loads the matrix `name` with GGUF dims `[in_dim, out_dim]`; `permute_heads` undoes llama.cpp's
-/// q/k row permutation for that many heads (on the f32 rows and the raw block rows alike).
-fn load_linear(
-    g: &GgufFile,
-    name: &str,
-    in_dim: usize,
-    out_dim: usize,
-    permute_heads: Option<(usize, usize)>,
-) -> Result<Linear> {
-    let mut f = g.dequantize(name, &[in_dim as u64, out_dim as u64])?;
-    let info = g.tensor(name)?;
-    let mut quant = match info.ggml_type {
-        // Block rows need whole blocks per row (32 weights).
-        GgmlType::Q4_1 | GgmlType::Q8_0 if in_dim.is_multiple_of(32) => {
-            let data = g.raw(name)?.to_vec();
-            let row_bytes = data.len() / out_dim;
-            Some(QuantRows {
-                ty: info.ggml_type,
-                row_bytes,
-                data,
-            })
-        }
-        _ => None,
-    };
-    if let Some((heads, head_dim)) = permute_heads {
-        f = unpermute_rows(&f, heads, head_dim, in_dim);
-        if let Some(q) = quant.as_mut() {
-            q.data = unpermute_rows(&q.data, heads, head_dim, q.row_bytes);
-        }
-    }
-    Ok(Linear {
-        out_dim,
-        in_dim,
-        f32: f,
-        quant,
-    })
 }
 
 /// Undoes llama.cpp's q/k row permutation: in each head of `head_dim` rows, GGUF row `2i + j`
 /// (`j ∈ {0, 1}`) is Hugging Face row `j · head_dim/2 + i`. `w` is row-major
 /// `(n_heads · head_dim) × cols`.
-pub fn unpermute_rows<T: Copy + Default>(
-    w: &[T],
-    n_heads: usize,
-    head_dim: usize,
-    cols: usize,
-) -> Vec<T> {
+pub fn unpermute_rows(w: &[f32], n_heads: usize, head_dim: usize, cols: usize) -> Vec<f32> {
     let half = head_dim / 2;
-    let mut out = vec![T::default(); w.len()];
+    let mut out = vec![0f32; w.len()];
     for h in 0..n_heads {
         for i in 0..half {
             for j in 0..2 {
@@ -197,10 +132,10 @@ pub fn unpermute_rows<T: Copy + Default>(
 impl Weights {
     /// Dequantizes every tensor of `cfg`'s model from `g` (in parallel over tensors).
     pub fn from_gguf(g: &GgufFile, cfg: &Config) -> Result<Self> {
-        let (d, f, hd) = (cfg.dim, cfg.ffn_dim, cfg.head_dim);
-        let q = cfg.n_heads * hd;
-        let kv = cfg.n_kv_heads * hd;
-        let embed = load_linear(g, "token_embd.weight", d, cfg.vocab_size, None)?;
+        let (d, f, hd) = (cfg.dim as u64, cfg.ffn_dim as u64, cfg.head_dim as u64);
+        let q = cfg.n_heads as u64 * hd;
+        let kv = cfg.n_kv_heads as u64 * hd;
+        let embed = g.dequantize("token_embd.weight", &[d, cfg.vocab_size as u64])?;
         if let Ok(t) = g.tensor("output.weight") {
             // Untied output heads exist in other Llama GGUFs; this driver ties them.
             return Err(ModelError::Tensor {
@@ -208,22 +143,31 @@ impl Weights {
                 reason: "untied output head is not supported".into(),
             });
         }
-        let out_norm = g.dequantize("output_norm.weight", &[d as u64])?;
+        let out_norm = g.dequantize("output_norm.weight", &[d])?;
         let layers = (0..cfg.n_layers)
             .into_par_iter()
             .map(|i| {
-                let name = |n: &str| format!("blk.{i}.{n}");
-                let lin = |n: &str, i_d, o_d, perm| load_linear(g, &name(n), i_d, o_d, perm);
+                let t = |name: &str, dims: &[u64]| g.dequantize(&format!("blk.{i}.{name}"), dims);
                 Ok(LayerWeights {
-                    attn_norm: g.dequantize(&name("attn_norm.weight"), &[d as u64])?,
-                    wq: lin("attn_q.weight", d, q, Some((cfg.n_heads, hd)))?,
-                    wk: lin("attn_k.weight", d, kv, Some((cfg.n_kv_heads, hd)))?,
-                    wv: lin("attn_v.weight", d, kv, None)?,
-                    wo: lin("attn_output.weight", q, d, None)?,
-                    ffn_norm: g.dequantize(&name("ffn_norm.weight"), &[d as u64])?,
-                    w_gate: lin("ffn_gate.weight", d, f, None)?,
-                    w_up: lin("ffn_up.weight", d, f, None)?,
-                    w_down: lin("ffn_down.weight", f, d, None)?,
+                    attn_norm: t("attn_norm.weight", &[d])?,
+                    wq: unpermute_rows(
+                        &t("attn_q.weight", &[d, q])?,
+                        cfg.n_heads,
+                        cfg.head_dim,
+                        cfg.dim,
+                    ),
+                    wk: unpermute_rows(
+                        &t("attn_k.weight", &[d, kv])?,
+                        cfg.n_kv_heads,
+                        cfg.head_dim,
+                        cfg.dim,
+                    ),
+                    wv: t("attn_v.weight", &[d, kv])?,
+                    wo: t("attn_output.weight", &[q, d])?,
+                    ffn_norm: t("ffn_norm.weight", &[d])?,
+                    w_gate: t("ffn_gate.weight", &[d, f])?,
+                    w_up: t("ffn_up.weight", &[d, f])?,
+                    w_down: t("ffn_down.weight", &[f, d])?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
