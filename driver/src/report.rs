@@ -65,19 +65,22 @@ pub struct BenchReport {
     pub dump: String,
     pub cpu: String,
     pub k: usize,
+    /// Clock of QPS and latencies (`wall` or `thread-cpu`).
+    pub clock: String,
     pub wall_s: f64,
     pub rows: Vec<Row>,
     pub summary: Vec<Summary>,
 }
 
 impl BenchReport {
-    pub fn new(dump: &Path, k: usize, rows: Vec<Row>, wall_s: f64) -> Self {
+    pub fn new(dump: &Path, k: usize, clock: &str, rows: Vec<Row>, wall_s: f64) -> Self {
         let summary = summarize(&rows);
         BenchReport {
             schema: "qkindex-bench/1",
             dump: dump.display().to_string(),
             cpu: cpu_name(),
             k,
+            clock: clock.to_string(),
             wall_s,
             rows,
             summary,
@@ -127,8 +130,8 @@ impl BenchReport {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "# qkindex bench\n\n- dump: `{}`\n- cpu: {}\n- k: {}\n- wall time: {:.1} s\n",
-            self.dump, self.cpu, self.k, self.wall_s
+            "# qkindex bench\n\n- dump: `{}`\n- cpu: {}\n- k: {}\n- search clock: {}\n- wall time: {:.1} s\n",
+            self.dump, self.cpu, self.k, self.clock, self.wall_s
         );
         let _ = writeln!(s, "## Median over heads at recall@{} ≥ 0.95\n", self.k);
         let _ = writeln!(s, "| index | variant | queries | heads reaching | median min scanned | median best QPS | median QPS / flat |");

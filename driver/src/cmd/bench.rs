@@ -63,6 +63,10 @@ pub struct BenchArgs {
     /// Use at most this many training queries per index (evenly strided; 0 = all).
     #[arg(long, default_value_t = 0)]
     pub max_train: usize,
+    /// Clock of QPS and latencies: wall (elapsed time) or thread-cpu (CPU time of the searching
+    /// thread: steadier on a shared machine, as time spent descheduled does not count).
+    #[arg(long, value_enum, default_value_t = ClockKind::Wall)]
+    pub clock: ClockKind,
     /// AttentionIndex: training-query top-kq.
     #[arg(long, default_value_t = 100)]
     pub kq: usize,
@@ -242,7 +246,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
             }
         }
     }
-    let report = BenchReport::new(&args.dump, args.k, rows, started.elapsed().as_secs_f64());
+    let clock = match args.clock {
+        ClockKind::Wall => "wall",
+        ClockKind::ThreadCpu => "thread-cpu",
+    };
+    let report = BenchReport::new(
+        &args.dump,
+        args.k,
+        clock,
+        rows,
+        started.elapsed().as_secs_f64(),
+    );
     report.write(&args.out)?;
     report::print_summary(&report);
     eprintln!(
@@ -370,14 +384,15 @@ fn measure(
     let mut outs: Vec<SearchOutput> = vec![SearchOutput::default(); nq];
     let mut pass_times = Vec::with_capacity(args.repeat);
     let mut latencies = Vec::with_capacity(args.repeat * nq);
+    let clock = Clock(args.clock);
     for _ in 0..args.repeat {
-        let pass = Instant::now();
+        let pass = clock.now();
         for (q, out) in set.queries.chunks_exact(d).zip(outs.iter_mut()) {
-            let t = Instant::now();
+            let t = clock.now();
             index.search_into(q, args.k, params, &mut scratch, out)?;
-            latencies.push(t.elapsed().as_secs_f64() * 1e6);
+            latencies.push(clock.since(t) * 1e6);
         }
-        pass_times.push(pass.elapsed().as_secs_f64());
+        pass_times.push(clock.since(pass));
     }
     let n = index.len() as f64;
     let (mut recall, mut dc, mut mass_ratio, mut cosine) = (0.0, 0.0, 0.0, 0.0);
@@ -419,4 +434,38 @@ fn build_spinner(message: &str) -> indicatif::ProgressBar {
     bar.set_message(message.to_string());
     bar.enable_steady_tick(std::time::Duration::from_millis(200));
     bar
+}
+
+/// Which clock times searches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClockKind {
+    Wall,
+    ThreadCpu,
+}
+
+/// A point in time of either clock.
+#[derive(Clone, Copy)]
+enum Tick {
+    Wall(Instant),
+    Cpu(cpu_time::ThreadTime),
+}
+
+#[derive(Clone, Copy)]
+struct Clock(ClockKind);
+
+impl Clock {
+    fn now(self) -> Tick {
+        match self.0 {
+            ClockKind::Wall => Tick::Wall(Instant::now()),
+            ClockKind::ThreadCpu => Tick::Cpu(cpu_time::ThreadTime::now()),
+        }
+    }
+
+    /// Seconds since `t`.
+    fn since(self, t: Tick) -> f64 {
+        match t {
+            Tick::Wall(i) => i.elapsed().as_secs_f64(),
+            Tick::Cpu(c) => c.elapsed().as_secs_f64(),
+        }
+    }
 }
