@@ -30,26 +30,56 @@ pub fn beam_search<G: Neighbors + ?Sized>(
     out: &mut SearchOutput,
 ) {
     #[cfg(target_arch = "x86_64")]
-    {
-        let isa = crate::metric::kernels().isa;
-        if isa == "avx512" {
-            // SAFETY: the kernel set is "avx512" only when avx512f, avx2, fma and f16c were
-            // detected at run time; the extra AVX-512 subsets are checked here.
-            if std::is_x86_feature_detected!("avx512bw")
-                && std::is_x86_feature_detected!("avx512vl")
-            {
-                return unsafe {
-                    beam_search_avx512(graph, scorer, query, entries, ef, k, scratch, out)
-                };
-            }
+    match search_isa() {
+        SearchIsa::Avx512 => {
+            // SAFETY: `search_isa` returns Avx512 only when every feature that
+            // `beam_search_avx512` enables was detected on this CPU.
+            return unsafe {
+                beam_search_avx512(graph, scorer, query, entries, ef, k, scratch, out)
+            };
         }
-        if isa == "avx512" || isa == "avx2" {
-            // SAFETY: the kernel set is "avx2" or "avx512" only when avx2, fma and f16c were
-            // detected at run time.
+        SearchIsa::Avx2 => {
+            // SAFETY: `search_isa` returns Avx2 only when every feature that `beam_search_avx2`
+            // enables was detected on this CPU.
             return unsafe { beam_search_avx2(graph, scorer, query, entries, ef, k, scratch, out) };
         }
+        SearchIsa::Baseline => {}
     }
     beam_search_impl(graph, scorer, query, entries, ef, k, scratch, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SearchIsa {
+    Baseline,
+    Avx2,
+    Avx512,
+}
+
+/// The best compiled version of the search loop for this CPU, detected once.
+#[cfg(target_arch = "x86_64")]
+fn search_isa() -> SearchIsa {
+    static ISA: std::sync::OnceLock<SearchIsa> = std::sync::OnceLock::new();
+    *ISA.get_or_init(|| {
+        let avx2 = std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c")
+            && std::is_x86_feature_detected!("bmi1")
+            && std::is_x86_feature_detected!("bmi2")
+            && std::is_x86_feature_detected!("popcnt")
+            && std::is_x86_feature_detected!("lzcnt");
+        let avx512 = avx2
+            && std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vl");
+        if avx512 {
+            SearchIsa::Avx512
+        } else if avx2 {
+            SearchIsa::Avx2
+        } else {
+            SearchIsa::Baseline
+        }
+    })
 }
 
 #[cfg(target_arch = "x86_64")]
