@@ -40,8 +40,16 @@ impl KnnBackend for CpuKnn {
             .zip(scores.par_chunks_mut(QUERY_TILE * k))
             .enumerate()
             .for_each_init(
-                || (vec![0.0f32; QUERY_TILE * KEY_TILE], Vec::<TopK>::new()),
-                |(tile, heaps), (t, (ids_out, scores_out))| {
+                || {
+                    let tile = vec![0.0f32; QUERY_TILE * KEY_TILE];
+                    (
+                        tile,
+                        Vec::<TopK>::new(),
+                        Vec::<u32>::new(),
+                        Vec::<f32>::new(),
+                    )
+                },
+                |(tile, heaps, row_ids, row_scores), (t, (ids_out, scores_out))| {
                     let q0 = t * QUERY_TILE;
                     let qb = ids_out.len() / k;
                     let q = &queries[q0 * d..(q0 + qb) * d];
@@ -71,10 +79,12 @@ impl KnnBackend for CpuKnn {
                         k0 += kb;
                     }
                     for (r, heap) in heaps.iter_mut().enumerate() {
-                        let (mut i, mut s) = (Vec::with_capacity(k), Vec::with_capacity(k));
-                        heap.drain_sorted(&mut i, &mut s);
-                        ids_out[r * k..r * k + i.len()].copy_from_slice(&i);
-                        scores_out[r * k..r * k + s.len()].copy_from_slice(&s);
+                        let (i, s) = (&mut *row_ids, &mut *row_scores);
+                        i.clear();
+                        s.clear();
+                        heap.drain_sorted(i, s);
+                        ids_out[r * k..r * k + i.len()].copy_from_slice(i);
+                        scores_out[r * k..r * k + s.len()].copy_from_slice(s);
                     }
                 },
             );
