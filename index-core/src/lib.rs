@@ -10,6 +10,7 @@
 //! | [`knn`] | exact batched top-k ([`knn::KnnBackend`], CPU implementation) |
 //! | [`search`] | the one search interface ([`AnnIndex`]), params, stats |
 //! | [`scratch`] | per-thread search buffers |
+//! | [`cancel`] | cooperative cancellation of long builds |
 //! | [`graph`] | CSR adjacency and beam search |
 //! | [`attention`] | [`AttentionIndex`], the query-aware projected graph |
 //! | [`flat`] | [`FlatIndex`], the exact scan |
@@ -35,6 +36,7 @@
 //! ```
 
 pub mod attention;
+pub mod cancel;
 pub mod dump;
 pub mod error;
 pub mod eval;
@@ -49,6 +51,7 @@ pub mod store;
 pub mod synth;
 
 pub use attention::{AttentionIndex, AttentionParams};
+pub use cancel::Cancel;
 pub use error::{Error, Result};
 pub use flat::FlatIndex;
 pub use knn::{CpuKnn, KnnBackend, KnnOptions, KnnResult};

@@ -543,3 +543,19 @@ fn concurrent_searches_on_a_shared_index_match_sequential_ones() {
         }
     });
 }
+
+#[test]
+fn a_cancelled_build_stops_with_a_typed_error() {
+    let data = ood(500, 20, 16, 5);
+    let keys = Arc::new(KeyStore::from_f32(data.keys.clone(), 16).expect("keys"));
+    let cancel = qkindex::Cancel::new();
+    cancel.cancel();
+    let r = AttentionIndex::build_with(
+        keys,
+        &data.train_queries,
+        &AttentionParams::default(),
+        &CpuKnn,
+        &cancel,
+    );
+    assert!(matches!(r, Err(Error::Cancelled { .. })), "{r:?}");
+}

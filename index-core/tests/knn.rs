@@ -97,7 +97,7 @@ fn run_case(m: usize, n: usize, d: usize, k: usize, causal: bool, f16_keys: bool
         (KeyStore::from_f32(raw.clone(), d).expect("f32 store"), raw)
     };
     let r = CpuKnn
-        .topk(&q, &store, k, &KnnOptions { causal })
+        .topk(&q, &store, k, &KnnOptions::causal(causal))
         .expect("knn");
     assert_eq!(r.k, k);
     assert_eq!(r.rows(), m);
@@ -152,7 +152,7 @@ fn causal_pad_rows_are_exactly_the_short_ones() {
     let store = KeyStore::from_f32(random(20 * d, &mut rng, 1.0), d).expect("store");
     let q = random(10 * d, &mut rng, 1.0);
     let r = CpuKnn
-        .topk(&q, &store, 5, &KnnOptions { causal: true })
+        .topk(&q, &store, 5, &KnnOptions::causal(true))
         .expect("knn");
     for i in 0..10 {
         assert_eq!(r.row(i).len(), (i + 1).min(5), "row {i}");
@@ -197,7 +197,7 @@ fn bad_arguments_are_typed_errors() {
     let mut inf = vec![0.0f32; d];
     inf[0] = f32::NEG_INFINITY;
     assert!(matches!(
-        CpuKnn.topk(&inf, &store, 1, &KnnOptions { causal: true }),
+        CpuKnn.topk(&inf, &store, 1, &KnnOptions::causal(true)),
         Err(Error::NonFinite { row: 0, .. })
     ));
 }

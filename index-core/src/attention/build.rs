@@ -8,6 +8,7 @@
 
 use super::params::{AttentionParams, EntryRule, Projection, Prune};
 use super::AttentionIndex;
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::graph::{beam_search, Csr};
 use crate::knn::{KnnBackend, KnnOptions, KnnResult};
@@ -40,6 +41,7 @@ pub(super) fn build(
     train_queries: &[f32],
     params: &AttentionParams,
     knn: &dyn KnnBackend,
+    cancel: &Cancel,
 ) -> Result<AttentionIndex> {
     params.validate()?;
     let start = Instant::now();
@@ -54,8 +56,10 @@ pub(super) fn build(
         kq,
         &KnnOptions {
             causal: params.causal,
+            cancel: cancel.clone(),
         },
     )?;
+    cancel.check("AttentionIndex build")?;
     let knn_s = start.elapsed().as_secs_f64();
 
     let t = Instant::now();
@@ -86,9 +90,10 @@ pub(super) fn build(
         }
     }
     let projection_s = t.elapsed().as_secs_f64();
+    cancel.check("AttentionIndex build")?;
 
     let t = Instant::now();
-    let linked = connect(&mut adj, &entries, &keys, params)?;
+    let linked = connect(&mut adj, &entries, &keys, params, cancel)?;
     let connectivity_s = t.elapsed().as_secs_f64();
 
     let graph = Csr::from_lists(&adj)
@@ -351,6 +356,7 @@ fn connect(
     entries: &[u32],
     keys: &KeyStore,
     params: &AttentionParams,
+    cancel: &Cancel,
 ) -> Result<usize> {
     let n = adj.len();
     let m = params.max_degree;
@@ -367,6 +373,7 @@ fn connect(
     }
     let mut linked = 0;
     for _pass in 0..4 {
+        cancel.check("AttentionIndex build")?;
         let mut reached = vec![false; n];
         for &e in entries {
             mark_from(adj, e, &mut reached, &mut stack);

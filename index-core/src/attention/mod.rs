@@ -17,6 +17,7 @@ mod params;
 pub use build::BuildStats;
 pub use params::{AttentionParams, EntryRule, Projection, Prune};
 
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::graph::{beam_search, Csr};
 use crate::knn::KnnBackend;
@@ -49,7 +50,19 @@ impl AttentionIndex {
         params: &AttentionParams,
         knn: &dyn KnnBackend,
     ) -> Result<Self> {
-        build::build(keys, train_queries, params, knn)
+        build::build(keys, train_queries, params, knn, &Cancel::new())
+    }
+
+    /// [`AttentionIndex::build`] that stops with [`Error::Cancelled`] once `cancel` is set
+    /// (checked between kNN tiles and build phases).
+    pub fn build_with(
+        keys: Arc<KeyStore>,
+        train_queries: &[f32],
+        params: &AttentionParams,
+        knn: &dyn KnnBackend,
+        cancel: &Cancel,
+    ) -> Result<Self> {
+        build::build(keys, train_queries, params, knn, cancel)
     }
 
     /// Assembles an index from parts (used by loaders); validates ids and sizes.

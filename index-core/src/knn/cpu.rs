@@ -2,7 +2,7 @@
 //! query row, rayon over query tiles.
 
 use super::{check_knn_args, KnnBackend, KnnOptions, KnnResult};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::scratch::TopK;
 use crate::store::KeyStore;
 use faer::linalg::matmul::matmul;
@@ -39,7 +39,7 @@ impl KnnBackend for CpuKnn {
         ids.par_chunks_mut(QUERY_TILE * k)
             .zip(scores.par_chunks_mut(QUERY_TILE * k))
             .enumerate()
-            .for_each_init(
+            .try_for_each_init(
                 || {
                     let tile = vec![0.0f32; QUERY_TILE * KEY_TILE];
                     (
@@ -50,6 +50,7 @@ impl KnnBackend for CpuKnn {
                     )
                 },
                 |(tile, heaps, row_ids, row_scores), (t, (ids_out, scores_out))| {
+                    options.cancel.check("exact top-k")?;
                     let q0 = t * QUERY_TILE;
                     let qb = ids_out.len() / k;
                     let q = &queries[q0 * d..(q0 + qb) * d];
@@ -86,8 +87,9 @@ impl KnnBackend for CpuKnn {
                         ids_out[r * k..r * k + i.len()].copy_from_slice(i);
                         scores_out[r * k..r * k + s.len()].copy_from_slice(s);
                     }
+                    Ok::<(), Error>(())
                 },
-            );
+            )?;
         Ok(KnnResult { k, ids, scores })
     }
 }
@@ -117,7 +119,7 @@ mod tests {
         let store = KeyStore::from_f32(kv.clone(), d).expect("store");
         for causal in [false, true] {
             let r = CpuKnn
-                .topk(&q, &store, k, &KnnOptions { causal })
+                .topk(&q, &store, k, &KnnOptions::causal(causal))
                 .expect("knn");
             assert_eq!(r.rows(), m);
             for i in 0..m {

@@ -8,14 +8,27 @@ mod cpu;
 
 pub use cpu::CpuKnn;
 
+use crate::cancel::Cancel;
 use crate::error::{check_finite, Error, Result};
 use crate::store::KeyStore;
 
 /// Options of an exact top-k computation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct KnnOptions {
     /// Query `i` only sees keys `0..=i` (queries and keys of the same prefill positions).
     pub causal: bool,
+    /// Checked between tiles; a set flag ends the computation with [`Error::Cancelled`].
+    pub cancel: Cancel,
+}
+
+impl KnnOptions {
+    /// Options with only `causal` set.
+    pub fn causal(causal: bool) -> Self {
+        KnnOptions {
+            causal,
+            ..Default::default()
+        }
+    }
 }
 
 /// Exact top-k of `m` queries: row `i` holds query `i`'s best keys, best first.

@@ -5,17 +5,15 @@
 //! decode/held-out key (k2k) over the parameter sweep, single-threaded, and compare with the
 //! exact top-k. Writes `bench.json`, `bench.csv` and `report.md` into `--out`.
 
+mod kinds;
+
 use crate::report::{self, BenchReport, Row};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use half::f16;
-use qkindex::attention::{EntryRule, Projection, Prune};
 use qkindex::dump::{Dump, Part};
 use qkindex::eval;
-use qkindex::{
-    AnnIndex, AttentionIndex, AttentionParams, CpuKnn, FlatIndex, KeyStore, SearchOutput,
-    SearchParams,
-};
+use qkindex::{AnnIndex, FlatIndex, KeyStore, SearchOutput, SearchParams};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -31,7 +29,8 @@ pub struct BenchArgs {
     /// Query heads to run (default: all).
     #[arg(long, value_delimiter = ',')]
     pub heads: Vec<usize>,
-    /// Index kinds: all, or a list of attention, roargraph-recipe, key-graph, flat.
+    /// Index kinds: all, or a list of the kinds `qkindex bench --help` names (attention,
+    /// roargraph-recipe, key-graph, flat, ...).
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub kinds: Vec<String>,
     /// Neighbours per query.
@@ -47,6 +46,13 @@ pub struct BenchArgs {
         default_value = "100,110,120,128,144,160,192,224,256,320,400,512,640,800,1024"
     )]
     pub ef: Vec<usize>,
+    /// `nprobe` sweep of IVF indexes.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,2,4,6,8,12,16,24,32,48,64,96,128"
+    )]
+    pub nprobe: Vec<usize>,
     /// Timed passes over each query set (QPS from the median pass).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
@@ -126,7 +132,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.repeat == 0 {
         bail!("--repeat must be at least 1");
     }
-    let kinds = expand_kinds(&args.kinds)?;
+    let kinds = kinds::expand(&args.kinds)?;
     for q in &args.queries {
         if q != "q2k" && q != "k2k" {
             bail!("unknown query set {q:?} (expected q2k or k2k)");
@@ -185,57 +191,23 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     args.k,
                 )?);
             }
+            let input = kinds::HeadInput {
+                keys: &keys,
+                keys_f32,
+                train: &train,
+                layer,
+                head: h,
+            };
             for kind in &kinds {
-                let (index, build_s): (Box<dyn AnnIndex>, serde_json::Value) = match kind.as_str() {
-                    "flat" => (Box::new(flat.clone()), serde_json::json!({"total": 0.0})),
-                    other => {
-                        let params = attention_params(other, &args);
-                        let (train_q, source) = if other == "key-graph" {
-                            (keys_f32.to_vec(), "keys")
-                        } else {
-                            (train.clone(), "queries")
-                        };
-                        let t = Instant::now();
-                        let spinner = build_spinner(&format!(
-                            "building {other} for layer {layer} head {h} ({} keys)",
-                            keys.len()
-                        ));
-                        let idx = AttentionIndex::build(keys.clone(), &train_q, &params, &CpuKnn);
-                        spinner.finish_and_clear();
-                        let idx = idx?;
-                        let s = idx.build_stats();
-                        eprintln!(
-                            "layer {layer} head {h} {other}: built from {} {source} in {:.2}s (knn {:.2}s, projection {:.2}s, connectivity {:.2}s; {} keys linked)",
-                            s.train_queries, t.elapsed().as_secs_f64(), s.knn_s, s.projection_s, s.connectivity_s, s.linked_unreachable
-                        );
-                        let b = serde_json::json!({"total": s.total_s, "knn": s.knn_s, "projection": s.projection_s, "connectivity": s.connectivity_s});
-                        (Box::new(idx), b)
-                    }
-                };
-                let sweep: Vec<SearchParams> = if kind == "flat" {
-                    vec![SearchParams::default()]
-                } else {
-                    args.ef
-                        .iter()
-                        .filter(|&&ef| ef >= args.k)
-                        .map(|&ef| SearchParams::with_ef(ef))
-                        .collect()
-                };
+                let built = kinds::build(kind, &input, &args)?;
                 for set in &sets {
-                    for params in &sweep {
-                        let mut row = measure(index.as_ref(), set, params, &args, values, d)?;
-                        row.index = if kind == "flat" {
-                            "flat".into()
-                        } else {
-                            "attention".into()
-                        };
-                        row.variant = match kind.as_str() {
-                            "attention" | "flat" => String::new(),
-                            v => v.to_string(),
-                        };
+                    for params in &built.sweep {
+                        let mut row = measure(built.index.as_ref(), set, params, &args, values, d)?;
+                        row.index = built.index_name.clone();
+                        row.variant = built.variant.clone();
                         row.layer = layer;
                         row.head = h;
-                        row.build_s = build_s.clone();
+                        row.build_s = built.build_s.clone();
                         eprintln!(
                             "  {:<10} {:<17} L{layer:02} h{h} {} {:<12} recall {:.4} scanned {:.4} qps {:>9.0}",
                             row.index, row.variant, row.queries, report::params_str(&row.params), row.recall, row.scanned, row.qps
@@ -265,53 +237,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-fn expand_kinds(kinds: &[String]) -> Result<Vec<String>> {
-    let known = ["attention", "roargraph-recipe", "key-graph", "flat"];
-    let mut out = Vec::new();
-    for k in kinds {
-        if k == "all" {
-            out.extend(["attention", "roargraph-recipe", "flat"].map(String::from));
-        } else if known.contains(&k.as_str()) {
-            out.push(k.clone());
-        } else {
-            bail!(
-                "unknown index kind {k:?} (known: all, {})",
-                known.join(", ")
-            );
-        }
-    }
-    Ok(out)
-}
-
-fn attention_params(kind: &str, args: &BenchArgs) -> AttentionParams {
-    if kind == "roargraph-recipe" {
-        return AttentionParams::roargraph_recipe();
-    }
-    AttentionParams {
-        kq: args.kq,
-        max_degree: args.max_degree,
-        projection: Projection::Rank {
-            window: args.window,
-        },
-        prune: if args.prune == "occlusion" {
-            Prune::Occlusion
-        } else {
-            Prune::Top
-        },
-        entry: if args.recent_queries > 0 {
-            EntryRule::RecentHub {
-                queries: args.recent_queries,
-            }
-        } else {
-            EntryRule::Hub
-        },
-        entry_count: args.entry_count,
-        recent_entries: args.recent_entries,
-        sequence_edges: args.sequence_edges,
-        ..AttentionParams::default()
-    }
 }
 
 /// Training queries of query head `h`: its own prefill queries, or those of every query head
@@ -422,18 +347,6 @@ fn measure(
         mass_ratio: mass_ratio / nqf,
         output_cosine: values.map(|_| cosine / nqf),
     })
-}
-
-/// A spinner with elapsed time for builds (drawn only when stderr is a terminal; builds of large
-/// heads take minutes).
-fn build_spinner(message: &str) -> indicatif::ProgressBar {
-    let bar = indicatif::ProgressBar::new_spinner();
-    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]") {
-        bar.set_style(style);
-    }
-    bar.set_message(message.to_string());
-    bar.enable_steady_tick(std::time::Duration::from_millis(200));
-    bar
 }
 
 /// Which clock times searches.

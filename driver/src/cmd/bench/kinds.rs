@@ -1,0 +1,167 @@
+//! The index kinds `qkindex bench` can build, and the parameter sweep each is measured over.
+//!
+//! Adding a kind: a name in [`KNOWN`] (and in [`ALL`] if `--kinds all` should run it), and an
+//! arm in [`build`] that returns the index with its build times and sweep.
+
+use super::BenchArgs;
+use anyhow::{bail, Result};
+use qkindex::attention::{EntryRule, Projection, Prune};
+use qkindex::{
+    AnnIndex, AttentionIndex, AttentionParams, CpuKnn, FlatIndex, KeyStore, SearchParams,
+};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Every kind name `--kinds` accepts.
+pub const KNOWN: &[&str] = &["attention", "roargraph-recipe", "key-graph", "flat"];
+
+/// The kinds `--kinds all` runs.
+pub const ALL: &[&str] = &["attention", "roargraph-recipe", "flat"];
+
+/// What one (layer, query head) provides to the builders.
+pub struct HeadInput<'a> {
+    pub keys: &'a Arc<KeyStore>,
+    /// The same keys as f32, row-major.
+    pub keys_f32: &'a [f32],
+    /// Training queries (row-major f32).
+    pub train: &'a [f32],
+    pub layer: usize,
+    pub head: usize,
+}
+
+/// A built index, how to label its rows, and the settings to measure it at.
+pub struct Built {
+    pub index: Box<dyn AnnIndex>,
+    /// The `index` field of its rows (`attention`, `flat`, ...).
+    pub index_name: String,
+    /// The `variant` field of its rows (empty for a kind's default).
+    pub variant: String,
+    /// Build phases in seconds (`total` at least).
+    pub build_s: serde_json::Value,
+    pub sweep: Vec<SearchParams>,
+}
+
+/// Expands `all` and checks every name.
+pub fn expand(kinds: &[String]) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for k in kinds {
+        if k == "all" {
+            out.extend(ALL.iter().map(|s| s.to_string()));
+        } else if KNOWN.contains(&k.as_str()) {
+            out.push(k.clone());
+        } else {
+            bail!(
+                "unknown index kind {k:?} (known: all, {})",
+                KNOWN.join(", ")
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Builds `kind` for one head.
+pub fn build(kind: &str, input: &HeadInput<'_>, args: &BenchArgs) -> Result<Built> {
+    let (layer, h) = (input.layer, input.head);
+    match kind {
+        "flat" => Ok(Built {
+            index: Box::new(FlatIndex::new(input.keys.clone())),
+            index_name: "flat".into(),
+            variant: String::new(),
+            build_s: serde_json::json!({"total": 0.0}),
+            sweep: vec![SearchParams::default()],
+        }),
+        "attention" | "roargraph-recipe" | "key-graph" => {
+            let params = attention_params(kind, args);
+            let (train_q, source) = if kind == "key-graph" {
+                (input.keys_f32, "keys")
+            } else {
+                (input.train, "queries")
+            };
+            let t = Instant::now();
+            let spinner = build_spinner(&format!(
+                "building {kind} for layer {layer} head {h} ({} keys)",
+                input.keys.len()
+            ));
+            let idx = AttentionIndex::build(input.keys.clone(), train_q, &params, &CpuKnn);
+            spinner.finish_and_clear();
+            let idx = idx?;
+            let s = idx.build_stats();
+            eprintln!(
+                "layer {layer} head {h} {kind}: built from {} {source} in {:.2}s (knn {:.2}s, projection {:.2}s, connectivity {:.2}s; {} keys linked)",
+                s.train_queries, t.elapsed().as_secs_f64(), s.knn_s, s.projection_s, s.connectivity_s, s.linked_unreachable
+            );
+            let build_s = serde_json::json!({"total": s.total_s, "knn": s.knn_s, "projection": s.projection_s, "connectivity": s.connectivity_s});
+            Ok(Built {
+                index: Box::new(idx),
+                index_name: "attention".into(),
+                variant: if kind == "attention" {
+                    String::new()
+                } else {
+                    kind.to_string()
+                },
+                build_s,
+                sweep: ef_sweep(args),
+            })
+        }
+        other => bail!("unknown index kind {other:?}"),
+    }
+}
+
+/// `--ef` values usable at `--k` (`ef ≥ k`).
+pub fn ef_sweep(args: &BenchArgs) -> Vec<SearchParams> {
+    args.ef
+        .iter()
+        .filter(|&&ef| ef >= args.k)
+        .map(|&ef| SearchParams::with_ef(ef))
+        .collect()
+}
+
+/// `--nprobe` values.
+#[allow(dead_code)] // used by the IVF kind
+pub fn nprobe_sweep(args: &BenchArgs) -> Vec<SearchParams> {
+    args.nprobe
+        .iter()
+        .map(|&p| SearchParams::with_nprobe(p))
+        .collect()
+}
+
+fn attention_params(kind: &str, args: &BenchArgs) -> AttentionParams {
+    if kind == "roargraph-recipe" {
+        return AttentionParams::roargraph_recipe();
+    }
+    AttentionParams {
+        kq: args.kq,
+        max_degree: args.max_degree,
+        projection: Projection::Rank {
+            window: args.window,
+        },
+        prune: if args.prune == "occlusion" {
+            Prune::Occlusion
+        } else {
+            Prune::Top
+        },
+        entry: if args.recent_queries > 0 {
+            EntryRule::RecentHub {
+                queries: args.recent_queries,
+            }
+        } else {
+            EntryRule::Hub
+        },
+        entry_count: args.entry_count,
+        recent_entries: args.recent_entries,
+        sequence_edges: args.sequence_edges,
+        ..AttentionParams::default()
+    }
+}
+
+/// A spinner with elapsed time for builds (drawn only when stderr is a terminal; builds of large
+/// heads take minutes).
+pub fn build_spinner(message: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new_spinner();
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]") {
+        bar.set_style(style);
+    }
+    bar.set_message(message.to_string());
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    bar
+}
