@@ -82,10 +82,13 @@ pub struct BenchReport {
     pub cpu: String,
     pub k: usize,
     /// Clock of QPS and latencies (`wall` or `thread-cpu`).
+    #[serde(default)]
     pub clock: String,
+    #[serde(default)]
     pub wall_s: f64,
     pub rows: Vec<Row>,
-    #[serde(default)]
+    /// Recomputed from the rows whenever a file is read (peer scripts write their own form).
+    #[serde(default, skip_deserializing)]
     pub summary: Vec<Summary>,
 }
 
@@ -122,6 +125,7 @@ impl BenchReport {
                 r.k = report.k;
             }
         }
+        report.summary = summarize(&report.rows);
         Ok(report)
     }
 
