@@ -369,6 +369,153 @@ fn draw_gap<DB: DrawingBackend>(
     Ok(())
 }
 
+/// Scaling plots: per head dimension, QPS over the exact scan and fraction scanned at the
+/// recall target, against the number of keys (log-log), one curve per index.
+pub fn write_scaling(
+    points: &[crate::cmd::scaling::Point],
+    dir: &Path,
+    target: f64,
+    k: usize,
+) -> Result<Vec<PathBuf>> {
+    register_font()?;
+    let out = dir.join("plots");
+    std::fs::create_dir_all(&out)?;
+    let mut dims: Vec<usize> = points.iter().map(|p| p.d).collect();
+    dims.sort_unstable();
+    dims.dedup();
+    let mut written = Vec::new();
+    type Metric = fn(&crate::cmd::scaling::Point) -> Option<f64>;
+    let metrics: [(&str, &str, Metric); 2] = [
+        ("qps_over_flat", "QPS / exact scan", |p| p.qps_over_flat),
+        ("scanned", "fraction of keys scanned", |p| p.min_scanned),
+    ];
+    for (stem, y_label, get) in metrics {
+        let panels: Vec<(String, Vec<Series>)> = dims
+            .iter()
+            .map(|&d| {
+                let mut by: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
+                for p in points.iter().filter(|p| p.d == d) {
+                    if let Some(y) = get(p) {
+                        by.entry(p.index.as_str())
+                            .or_default()
+                            .push((p.n as f64, y));
+                    }
+                }
+                let series = by
+                    .into_iter()
+                    .map(|(label, mut pts)| {
+                        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                        Series {
+                            label: label.to_string(),
+                            points: pts,
+                        }
+                    })
+                    .collect();
+                (format!("d = {d}"), series)
+            })
+            .collect();
+        if panels.iter().all(|(_, s)| s.is_empty()) {
+            continue;
+        }
+        let size = (PANEL.0 * panels.len() as u32, PANEL.1);
+        let title = format!("{y_label} at recall@{k} ≥ {target}");
+        let png = out.join(format!("scaling_{stem}.png"));
+        draw_loglog(
+            BitMapBackend::new(&png, size).into_drawing_area(),
+            &panels,
+            &title,
+            y_label,
+        )?;
+        let svg = out.join(format!("scaling_{stem}.svg"));
+        draw_loglog(
+            SVGBackend::new(&svg, size).into_drawing_area(),
+            &panels,
+            &title,
+            y_label,
+        )?;
+        written.push(png);
+        written.push(svg);
+    }
+    Ok(written)
+}
+
+fn draw_loglog<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    panels: &[(String, Vec<Series>)],
+    title: &str,
+    y_label: &str,
+) -> Result<()> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("drawing a plot: {e:?}");
+    root.fill(&WHITE).map_err(err)?;
+    let areas = root.split_evenly((1, panels.len().max(1)));
+    for ((name, series), area) in panels.iter().zip(areas) {
+        draw_loglog_panel(&area, &format!("{title}, {name}"), y_label, series).map_err(err)?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+fn draw_loglog_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    y_label: &str,
+    series: &[Series],
+) -> DrawResult<DB> {
+    let bounds = |f: fn(&(f64, f64)) -> f64| {
+        series
+            .iter()
+            .flat_map(|s| s.points.iter().map(f))
+            .filter(|v| *v > 0.0)
+            .fold((f64::INFINITY, 0.0f64), |(l, h), v| (l.min(v), h.max(v)))
+    };
+    let fix = |(lo, hi): (f64, f64)| {
+        if !lo.is_finite() || hi <= 0.0 {
+            (0.1, 10.0)
+        } else {
+            (lo / 1.5, hi * 1.5)
+        }
+    };
+    let (x_lo, x_hi) = fix(bounds(|p| p.0));
+    let (y_lo, y_hi) = fix(bounds(|p| p.1));
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(60)
+        .build_cartesian_2d((x_lo..x_hi).log_scale(), (y_lo..y_hi).log_scale())?;
+    chart
+        .configure_mesh()
+        .x_desc("keys (n)")
+        .y_desc(y_label)
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 17))
+        .x_label_formatter(&|x| short_number(*x))
+        .y_label_formatter(&|y| short_number(*y))
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()?;
+    for (i, s) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(
+                s.points.iter().copied(),
+                color.stroke_width(2),
+            ))?
+            .label(s.label.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
+            });
+        chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(("sans-serif", 14))
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(160, 160, 160))
+        .draw()?;
+    Ok(())
+}
+
 fn query_title(name: &str) -> &str {
     match name {
         "q2k" => "Q→K (decode queries)",

@@ -81,6 +81,12 @@ pub struct BenchReport {
     pub dump: String,
     pub cpu: String,
     pub k: usize,
+    /// Head dimension of the dump (absent in peer files).
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    /// Keys per head of the dump (absent in peer files).
+    #[serde(default)]
+    pub n_keys: Option<usize>,
     /// Clock of QPS and latencies (`wall` or `thread-cpu`).
     #[serde(default)]
     pub clock: String,
@@ -100,6 +106,8 @@ impl BenchReport {
             dump: dump.display().to_string(),
             cpu: cpu_name(),
             k,
+            head_dim: None,
+            n_keys: None,
             clock: clock.to_string(),
             wall_s,
             rows,

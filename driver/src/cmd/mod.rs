@@ -6,3 +6,4 @@ pub mod generate;
 pub mod model_args;
 pub mod ppl;
 pub mod report;
+pub mod scaling;

@@ -235,13 +235,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
         ClockKind::Wall => "wall",
         ClockKind::ThreadCpu => "thread-cpu",
     };
-    let report = BenchReport::new(
+    let mut report = BenchReport::new(
         &args.dump,
         args.k[0],
         clock,
         rows,
         started.elapsed().as_secs_f64(),
     );
+    report.head_dim = Some(d);
+    report.n_keys = Some(m.n_prefill);
     report.write(&args.out, args.budget)?;
     report::print_summary(&report);
     eprintln!(
