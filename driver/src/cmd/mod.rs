@@ -1,7 +1,10 @@
 //! One module per subcommand of the `qkindex` binary.
 
 pub mod bench;
+pub mod build;
 pub mod dump;
 pub mod generate;
+pub mod inspect;
 pub mod model_args;
 pub mod ppl;
+pub mod verify;

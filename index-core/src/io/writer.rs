@@ -133,11 +133,17 @@ pub fn write_atomic(
         .file_name()
         .ok_or_else(|| Error::invalid_param("path", path.display(), "has no file name"))?;
     let io = |e| Error::io(path, e);
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&format!(".{}.", name.to_string_lossy()))
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(|e| Error::io(dir, e))?;
+    let prefix = format!(".{}.", name.to_string_lossy());
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).suffix(".tmp");
+    // Temporary files are created 0600; index files are shared between processes and users,
+    // so ask for 0666 and let the umask decide, as a plain `File::create` would.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    let mut tmp = builder.tempfile_in(dir).map_err(|e| Error::io(dir, e))?;
     {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut());
         fill(&mut w).map_err(io)?;
