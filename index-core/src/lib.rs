@@ -14,6 +14,7 @@
 //! | [`graph`] | CSR adjacency and beam search |
 //! | [`attention`] | [`AttentionIndex`], the query-aware projected graph |
 //! | [`flat`] | [`FlatIndex`], the exact scan |
+//! | [`io`] | versioned, checksummed, memory-mapped index files and bundles |
 //! | [`eval`] | recall and attention-mass metrics |
 //! | [`dump`], [`npy`] | the dump layout of Q/K/V tensors |
 //! | [`synth`] | a small synthetic OOD generator for tests |
@@ -42,6 +43,7 @@ pub mod error;
 pub mod eval;
 pub mod flat;
 pub mod graph;
+pub mod io;
 pub mod knn;
 pub mod metric;
 pub mod npy;

@@ -256,7 +256,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
 /// Training queries of query head `h`: its own prefill queries, or those of every query head
 /// of its GQA group, optionally strided down to `max` rows.
-fn training_queries(
+pub(crate) fn training_queries(
     q: &qkindex::dump::HeadTensor,
     h: usize,
     kv: usize,
