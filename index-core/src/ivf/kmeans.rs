@@ -1,7 +1,8 @@
-//! Seeded k-means for the IVF coarse quantizer: k-means++ initialisation, a fixed number of
-//! Lloyd iterations, assignment by inner product (faiss IVF-Flat with `METRIC_INNER_PRODUCT`)
-//! or spherical (centroids renormalised after each update), empty clusters re-seeded by
-//! splitting the largest one (faiss `Clustering`'s rule).
+//! Seeded k-means for the IVF coarse quantizer: k-means++ initialisation (faiss initialises
+//! with random points), a fixed number of Lloyd iterations, assignment by inner product,
+//! centroids either plain means or renormalised to unit length after each update (spherical,
+//! what faiss IVF-Flat with `METRIC_INNER_PRODUCT` does), empty clusters re-seeded by splitting
+//! a large one (faiss `Clustering`'s rule).
 //!
 //! The assignment step is a tiled matrix product (`faer`, rayon over row tiles) followed by a
 //! per-row argmax, as in `knn/cpu.rs`.
@@ -20,10 +21,10 @@ const ROW_TILE: usize = 256;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Assignment {
-    /// `argmax_c c · x` with centroids the plain means of their points (faiss IVF-Flat IP).
+    /// `argmax_c c · x` with centroids the plain means of their points.
     InnerProduct,
     /// `argmax_c c · x` with centroids renormalised to unit length after each update
-    /// (spherical k-means).
+    /// (spherical k-means; faiss IVF-Flat with inner product).
     Spherical,
 }
 

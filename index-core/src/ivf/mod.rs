@@ -6,8 +6,9 @@
 //! | `kmeans.rs` | seeded k-means++ and Lloyd iterations, IP or spherical assignment |
 //! | `mod.rs` | the index, its build and its search |
 //!
-//! The keys are clustered into `nlist` lists by k-means; each key goes to the list whose
-//! centroid has the largest inner product with it. A search scores every centroid, takes the
+//! The keys are clustered into `nlist` lists by k-means (spherical by default, as faiss does
+//! for inner product); each key goes to the list whose centroid has the largest inner product
+//! with it. A search scores every centroid, takes the
 //! `nprobe` best lists and scans them exactly. The index holds its own list-ordered copy of the
 //! keys (same element type) with a position → id map, so each probed list is one streaming
 //! scan of contiguous rows; it does not keep the caller's [`KeyStore`].

@@ -12,6 +12,10 @@ pub struct IvfParams {
     pub nlist: Option<usize>,
     /// Lloyd iterations after k-means++ (faiss's default is 10 for IVF training as well).
     pub iters: usize,
+    /// Spherical by default: faiss's `IndexIVF` sets `cp.spherical = true` for
+    /// `METRIC_INNER_PRODUCT` (checked on faiss 1.15.1), so faiss IVF-Flat IP normalises its
+    /// centroids. Plain inner-product centroids let a few long centroids win most probes (on
+    /// the real dump their best lists hold a handful of keys) and need more of the keys scanned.
     pub assignment: Assignment,
     /// Training uses at most `max_train_per_list · nlist` keys, evenly strided (faiss samples
     /// at most 256 points per centroid); every key is assigned to a list afterwards.
@@ -27,7 +31,7 @@ impl Default for IvfParams {
         IvfParams {
             nlist: None,
             iters: 10,
-            assignment: Assignment::InnerProduct,
+            assignment: Assignment::Spherical,
             max_train_per_list: 256,
             seed: 0,
             default_nprobe: 8,
