@@ -141,6 +141,9 @@ impl AnnIndex for AnyIndex {
     fn dim(&self) -> usize {
         self.as_dyn().dim()
     }
+    fn memory_bytes(&self) -> usize {
+        self.as_dyn().memory_bytes()
+    }
     fn search_into(
         &self,
         query: &[f32],

@@ -30,7 +30,7 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     pub heads: Vec<usize>,
     /// Index kinds: all, or a list of the kinds `qkindex bench --help` names (attention,
-    /// roargraph-recipe, key-graph, flat, ...).
+    /// roargraph-recipe, key-graph, flat, ivf, ivf-ip, vamana, robust-vamana).
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub kinds: Vec<String>,
     /// Neighbours per query (recall@k); a list measures each (e.g. 10,100,1000).
@@ -104,6 +104,24 @@ pub struct BenchArgs {
     /// AttentionIndex: sequence edges to each side.
     #[arg(long, default_value_t = 1)]
     pub sequence_edges: usize,
+    /// IvfIndex: number of lists (0: round(4·√n)).
+    #[arg(long, default_value_t = 0)]
+    pub nlist: usize,
+    /// VamanaIndex: out-degree bound R.
+    #[arg(long, default_value_t = 64)]
+    pub vamana_r: usize,
+    /// VamanaIndex: build list size L.
+    #[arg(long, default_value_t = 100)]
+    pub vamana_l: usize,
+    /// VamanaIndex: pruning factor α of the second pass.
+    #[arg(long, default_value_t = 1.2)]
+    pub alpha: f32,
+    /// RobustVamana: nearest keys per training query stitched together (T).
+    #[arg(long, default_value_t = 16)]
+    pub stitch_t: usize,
+    /// RobustVamana: degree slots held back from the Vamana passes for stitched edges.
+    #[arg(long, default_value_t = 0)]
+    pub stitch_reserve: usize,
 }
 
 /// One query set of a head: row-major queries and their exact top-k.
