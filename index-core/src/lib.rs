@@ -13,6 +13,7 @@
 //! | [`cancel`] | cooperative cancellation of long builds |
 //! | [`graph`] | CSR adjacency and beam search |
 //! | [`attention`] | [`AttentionIndex`], the query-aware projected graph |
+//! | [`hnsw`] | [`HnswIndex`], HNSW (inner product or the MIPS→L2 reduction) |
 //! | [`flat`] | [`FlatIndex`], the exact scan |
 //! | [`eval`] | recall and attention-mass metrics |
 //! | [`dump`], [`npy`] | the dump layout of Q/K/V tensors |
@@ -42,6 +43,7 @@ pub mod error;
 pub mod eval;
 pub mod flat;
 pub mod graph;
+pub mod hnsw;
 pub mod knn;
 pub mod metric;
 pub mod npy;
@@ -54,6 +56,7 @@ pub use attention::{AttentionIndex, AttentionParams};
 pub use cancel::Cancel;
 pub use error::{Error, Result};
 pub use flat::FlatIndex;
+pub use hnsw::{HnswIndex, HnswParams};
 pub use knn::{CpuKnn, KnnBackend, KnnOptions, KnnResult};
 pub use scratch::Scratch;
 pub use search::{search_batch, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};

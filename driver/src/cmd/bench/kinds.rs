@@ -7,16 +7,24 @@ use super::BenchArgs;
 use anyhow::{bail, Result};
 use qkindex::attention::{EntryRule, Projection, Prune};
 use qkindex::{
-    AnnIndex, AttentionIndex, AttentionParams, CpuKnn, FlatIndex, KeyStore, SearchParams,
+    AnnIndex, AttentionIndex, AttentionParams, CpuKnn, FlatIndex, HnswIndex, HnswParams, KeyStore,
+    SearchParams,
 };
 use std::sync::Arc;
 use std::time::Instant;
 
 /// Every kind name `--kinds` accepts.
-pub const KNOWN: &[&str] = &["attention", "roargraph-recipe", "key-graph", "flat"];
+pub const KNOWN: &[&str] = &[
+    "attention",
+    "roargraph-recipe",
+    "key-graph",
+    "hnsw",
+    "hnsw-ip",
+    "flat",
+];
 
 /// The kinds `--kinds all` runs.
-pub const ALL: &[&str] = &["attention", "roargraph-recipe", "flat"];
+pub const ALL: &[&str] = &["attention", "roargraph-recipe", "hnsw", "hnsw-ip", "flat"];
 
 /// What one (layer, query head) provides to the builders.
 pub struct HeadInput<'a> {
@@ -98,6 +106,38 @@ pub fn build(kind: &str, input: &HeadInput<'_>, args: &BenchArgs) -> Result<Buil
                     String::new()
                 } else {
                     kind.to_string()
+                },
+                build_s,
+                sweep: ef_sweep(args),
+            })
+        }
+        "hnsw" | "hnsw-ip" => {
+            let params = HnswParams {
+                m: args.hnsw_m,
+                ef_construction: args.ef_construction,
+                l2_reduction: kind == "hnsw",
+                ..HnswParams::default()
+            };
+            let spinner = build_spinner(&format!(
+                "building {kind} for layer {layer} head {h} ({} keys)",
+                input.keys.len()
+            ));
+            let idx = HnswIndex::build(input.keys.clone(), &params);
+            spinner.finish_and_clear();
+            let idx = idx?;
+            let s = idx.build_stats();
+            eprintln!(
+                "layer {layer} head {h} {kind}: built in {:.2}s (M {}, ef_construction {}; max level {}, {} level-0 edges, {} keys stranded, {} unreachable at level 0)",
+                s.total_s, params.m, params.ef_construction, s.max_level, s.edges_level0, s.stranded, s.unreachable
+            );
+            let build_s = serde_json::json!({"total": s.total_s, "prepare": s.prepare_s, "insert": s.insert_s, "finalize": s.finalize_s});
+            Ok(Built {
+                index: Box::new(idx),
+                index_name: "hnsw".into(),
+                variant: if kind == "hnsw" {
+                    String::new()
+                } else {
+                    "ip".into()
                 },
                 build_s,
                 sweep: ef_sweep(args),

@@ -30,7 +30,7 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     pub heads: Vec<usize>,
     /// Index kinds: all, or a list of the kinds `qkindex bench --help` names (attention,
-    /// roargraph-recipe, key-graph, flat, ...).
+    /// roargraph-recipe, key-graph, hnsw, hnsw-ip, flat, ...).
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub kinds: Vec<String>,
     /// Neighbours per query.
@@ -98,6 +98,12 @@ pub struct BenchArgs {
     /// AttentionIndex: sequence edges to each side.
     #[arg(long, default_value_t = 1)]
     pub sequence_edges: usize,
+    /// HnswIndex (hnsw, hnsw-ip): links per key and level (`M`; 2M at level 0).
+    #[arg(long, default_value_t = 16)]
+    pub hnsw_m: usize,
+    /// HnswIndex (hnsw, hnsw-ip): candidate list size of insertions.
+    #[arg(long, default_value_t = 200)]
+    pub ef_construction: usize,
 }
 
 /// One query set of a head: row-major queries and their exact top-k.
