@@ -13,6 +13,7 @@
 //! | [`cancel`] | cooperative cancellation of long builds |
 //! | [`graph`] | CSR adjacency and beam search |
 //! | [`attention`] | [`AttentionIndex`], the query-aware projected graph |
+//! | [`hnsw`] | [`HnswIndex`], HNSW (inner product or the MIPS→L2 reduction) |
 //! | [`ivf`] | [`IvfIndex`], the inverted-file baseline (k-means lists) |
 //! | [`vamana`] | [`VamanaIndex`], DiskANN's graph and OOD-DiskANN's RobustStitch |
 //! | [`flat`] | [`FlatIndex`], the exact scan |
@@ -45,6 +46,7 @@ pub mod error;
 pub mod eval;
 pub mod flat;
 pub mod graph;
+pub mod hnsw;
 pub mod io;
 pub mod ivf;
 pub mod knn;
@@ -60,6 +62,7 @@ pub use attention::{AttentionIndex, AttentionParams};
 pub use cancel::Cancel;
 pub use error::{Error, Result};
 pub use flat::FlatIndex;
+pub use hnsw::{HnswIndex, HnswParams};
 pub use ivf::{IvfIndex, IvfParams};
 pub use knn::{CpuKnn, KnnBackend, KnnOptions, KnnResult};
 pub use scratch::Scratch;

@@ -6,8 +6,9 @@ use qkindex::metric::scalar::dot_f64;
 use qkindex::search::SearchOutput;
 use qkindex::synth::{ood, SynthData};
 use qkindex::{
-    search_batch, AnnIndex, AttentionIndex, AttentionParams, CpuKnn, Error, FlatIndex, IndexKind,
-    IvfIndex, IvfParams, KeyStore, Scratch, SearchParams, VamanaIndex, VamanaParams,
+    search_batch, AnnIndex, AttentionIndex, AttentionParams, CpuKnn, Error, FlatIndex, HnswIndex,
+    HnswParams, IndexKind, IvfIndex, IvfParams, KeyStore, Scratch, SearchParams, VamanaIndex,
+    VamanaParams,
 };
 use std::sync::{Arc, OnceLock};
 
@@ -40,22 +41,30 @@ enum Budget {
     /// IVF: `nprobe`; up to `nlist` centroid products on top of the keys (the documented
     /// per-kind overhead), no hops.
     Nprobe { nlist: usize },
+    /// HNSW: `ef`, plus the upper levels' inner products (`overhead`, documented per index);
+    /// `exact` is false for inner-product HNSW, which can strand keys and so is exempt from
+    /// exactness at a full budget.
+    Hnsw { overhead: u64, exact: bool },
 }
 
 impl Budget {
     /// The budget of the recall check.
     fn typical(self) -> SearchParams {
         match self {
-            Budget::Ef => SearchParams::with_ef(EF),
+            Budget::Ef | Budget::Hnsw { .. } => SearchParams::with_ef(EF),
             Budget::Nprobe { .. } => SearchParams::with_nprobe(NPROBE),
         }
     }
 
-    /// Budgets that cover every key (exact results), including one beyond the maximum.
-    fn full(self, n: usize) -> [SearchParams; 2] {
+    /// Budgets that cover every key (exact results), including one beyond the maximum; none
+    /// for a kind exempt from exactness.
+    fn full(self, n: usize) -> Vec<SearchParams> {
         match self {
-            Budget::Ef => [SearchParams::with_ef(n), SearchParams::with_ef(n + 7)],
-            Budget::Nprobe { nlist } => [
+            Budget::Hnsw { exact: false, .. } => vec![],
+            Budget::Ef | Budget::Hnsw { .. } => {
+                vec![SearchParams::with_ef(n), SearchParams::with_ef(n + 7)]
+            }
+            Budget::Nprobe { nlist } => vec![
                 SearchParams::with_nprobe(nlist),
                 SearchParams::with_nprobe(nlist + 7),
             ],
@@ -66,6 +75,7 @@ impl Budget {
         match self {
             Budget::Ef => 0,
             Budget::Nprobe { nlist } => nlist as u64,
+            Budget::Hnsw { overhead, .. } => overhead,
         }
     }
 }
@@ -78,6 +88,8 @@ struct Fixture {
     ivf: IvfIndex,
     vamana: VamanaIndex,
     robust: VamanaIndex,
+    hnsw: HnswIndex,
+    hnsw_ip: HnswIndex,
 }
 
 fn fixture() -> &'static Fixture {
@@ -109,6 +121,9 @@ fn fixture() -> &'static Fixture {
             &CpuKnn,
         )
         .expect("build robust vamana");
+        let hnsw = HnswIndex::build(keys.clone(), &HnswParams::default()).expect("build hnsw");
+        let hnsw_ip =
+            HnswIndex::build(keys.clone(), &HnswParams::inner_product()).expect("build hnsw ip");
         Fixture {
             flat: FlatIndex::new(keys),
             attention,
@@ -116,6 +131,8 @@ fn fixture() -> &'static Fixture {
             ivf,
             vamana,
             robust,
+            hnsw,
+            hnsw_ip,
             data,
         }
     })
@@ -249,23 +266,26 @@ fn conformance_with(
         }
     }
 
-    // k = n with the default ef (or a full nprobe) returns every key once.
-    let all_params = if is_ivf {
-        budget.full(n)[0].clone()
-    } else {
-        none.clone()
-    };
-    let all = index
-        .search(query(queries, dim, 0), n, &all_params, &mut scratch)
-        .expect("k = n");
-    check_output(
-        &all,
-        query(queries, dim, 0),
-        keys,
-        dim,
-        n,
-        &format!("{name} k=n"),
-    );
+    // k = n with the default ef (or a full nprobe) returns every key once (kinds exempt from
+    // exactness may miss stranded keys).
+    if !budget.full(n).is_empty() {
+        let all_params = if is_ivf {
+            budget.full(n)[0].clone()
+        } else {
+            none.clone()
+        };
+        let all = index
+            .search(query(queries, dim, 0), n, &all_params, &mut scratch)
+            .expect("k = n");
+        check_output(
+            &all,
+            query(queries, dim, 0),
+            keys,
+            dim,
+            n,
+            &format!("{name} k=n"),
+        );
+    }
 
     // search_into into a reused output equals search.
     let mut out = SearchOutput::default();
@@ -568,6 +588,8 @@ fn search_batch_equals_individual_searches() {
         &f.ivf,
         &f.vamana,
         &f.robust,
+        &f.hnsw,
+        &f.hnsw_ip,
     ];
     let queries: Vec<&[f32]> = (0..indexes.len())
         .map(|i| query(&f.data.test_queries, DIM, i))
@@ -751,13 +773,15 @@ fn f16_keys_conform() {
 #[test]
 fn concurrent_searches_on_a_shared_index_match_sequential_ones() {
     let f = fixture();
-    let indexes: [&dyn AnnIndex; 6] = [
+    let indexes: [&dyn AnnIndex; 8] = [
         &f.flat,
         &f.attention,
         &f.roargraph,
         &f.ivf,
         &f.vamana,
         &f.robust,
+        &f.hnsw,
+        &f.hnsw_ip,
     ];
     let p = SearchParams::with_ef(EF);
     let sequential: Vec<Vec<SearchOutput>> = indexes
@@ -807,4 +831,104 @@ fn a_cancelled_build_stops_with_a_typed_error() {
         &cancel,
     );
     assert!(matches!(r, Err(Error::Cancelled { .. })), "{r:?}");
+}
+
+// HNSW (M = 16, ef_construction = 200, seed 100) on the fixture, measured mean recall@10 at
+// ef = 64: L2 reduction q2k 0.922, k2k 1.000 (f16 keys: q2k 0.920); inner product q2k 0.930,
+// k2k 1.000, with 82 of 2000 keys stranded (no incoming level-0 edge) and unreachable.
+fn hnsw_budget(index: &HnswIndex) -> Budget {
+    Budget::Hnsw {
+        overhead: index.search_overhead(),
+        exact: index.params().l2_reduction,
+    }
+}
+
+#[test]
+fn hnsw_l2_reduced_conforms() {
+    let f = fixture();
+    assert_eq!(f.hnsw.build_stats().unreachable, 0, "every key reachable");
+    let budget = hnsw_budget(&f.hnsw);
+    for (queries, name, bar) in [
+        (&f.data.test_queries, "hnsw(l2 reduction, q2k)", 0.85),
+        (&f.data.heldout_keys, "hnsw(l2 reduction, k2k)", 0.95),
+    ] {
+        conformance_with(&f.hnsw, budget, &f.data.keys, DIM, queries, name, bar);
+    }
+}
+
+#[test]
+fn hnsw_inner_product_conforms_except_exactness() {
+    let f = fixture();
+    let s = f.hnsw_ip.build_stats();
+    eprintln!(
+        "hnsw(ip): {} stranded, {} unreachable of {N}",
+        s.stranded, s.unreachable
+    );
+    let budget = hnsw_budget(&f.hnsw_ip);
+    assert!(budget.full(N).is_empty());
+    for (queries, name, bar) in [
+        (&f.data.test_queries, "hnsw(ip, q2k)", 0.85),
+        (&f.data.heldout_keys, "hnsw(ip, k2k)", 0.95),
+    ] {
+        conformance_with(&f.hnsw_ip, budget, &f.data.keys, DIM, queries, name, bar);
+    }
+}
+
+#[test]
+fn hnsw_f16_keys_conform() {
+    let f = fixture();
+    let h: Vec<half::f16> = f
+        .data
+        .keys
+        .iter()
+        .map(|&x| half::f16::from_f32(x))
+        .collect();
+    let exact: Vec<f32> = h.iter().map(|x| x.to_f32()).collect();
+    let keys = Arc::new(KeyStore::from_f16(h, DIM).expect("f16 keys"));
+    let index = HnswIndex::build(keys, &HnswParams::default()).expect("f16 build");
+    conformance_with(
+        &index,
+        hnsw_budget(&index),
+        &exact,
+        DIM,
+        &f.data.test_queries,
+        "hnsw(f16)",
+        0.85,
+    );
+}
+
+#[test]
+fn hnsw_bad_params_are_typed_errors() {
+    let f = fixture();
+    let keys = f.flat.keys().clone();
+    for (p, name) in [
+        (
+            HnswParams {
+                m: 1,
+                ..Default::default()
+            },
+            "m",
+        ),
+        (
+            HnswParams {
+                ef_construction: 0,
+                ..Default::default()
+            },
+            "ef_construction",
+        ),
+        (
+            HnswParams {
+                default_ef: 0,
+                ..Default::default()
+            },
+            "default_ef",
+        ),
+    ] {
+        let r = HnswIndex::build(keys.clone(), &p);
+        assert!(
+            matches!(&r, Err(Error::InvalidParam { name: got, .. }) if *got == name),
+            "{name}: {:?}",
+            r.err()
+        );
+    }
 }

@@ -8,8 +8,8 @@ use anyhow::{bail, Result};
 use qkindex::attention::{EntryRule, Projection, Prune};
 use qkindex::ivf::Assignment;
 use qkindex::{
-    AnnIndex, AttentionIndex, AttentionParams, CpuKnn, FlatIndex, IvfIndex, IvfParams, KeyStore,
-    SearchParams, VamanaIndex, VamanaParams,
+    AnnIndex, AttentionIndex, AttentionParams, CpuKnn, FlatIndex, HnswIndex, HnswParams, IvfIndex,
+    IvfParams, KeyStore, SearchParams, VamanaIndex, VamanaParams,
 };
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,6 +19,8 @@ pub const KNOWN: &[&str] = &[
     "attention",
     "roargraph-recipe",
     "key-graph",
+    "hnsw",
+    "hnsw-ip",
     "flat",
     "ivf",
     "ivf-ip",
@@ -30,6 +32,8 @@ pub const KNOWN: &[&str] = &[
 pub const ALL: &[&str] = &[
     "attention",
     "roargraph-recipe",
+    "hnsw",
+    "hnsw-ip",
     "flat",
     "ivf",
     "vamana",
@@ -241,6 +245,38 @@ pub fn build(kind: &str, input: &HeadInput<'_>, args: &BenchArgs) -> Result<Buil
                     "robust".into()
                 } else {
                     String::new()
+                },
+                build_s,
+                sweep: Sweep::Ef,
+            })
+        }
+        "hnsw" | "hnsw-ip" => {
+            let params = HnswParams {
+                m: args.hnsw_m,
+                ef_construction: args.ef_construction,
+                l2_reduction: kind == "hnsw",
+                ..HnswParams::default()
+            };
+            let spinner = build_spinner(&format!(
+                "building {kind} for layer {layer} head {h} ({} keys)",
+                input.keys.len()
+            ));
+            let idx = HnswIndex::build(input.keys.clone(), &params);
+            spinner.finish_and_clear();
+            let idx = idx?;
+            let s = idx.build_stats();
+            eprintln!(
+                "layer {layer} head {h} {kind}: built in {:.2}s (M {}, ef_construction {}; max level {}, {} level-0 edges, {} keys stranded, {} unreachable at level 0)",
+                s.total_s, params.m, params.ef_construction, s.max_level, s.edges_level0, s.stranded, s.unreachable
+            );
+            let build_s = serde_json::json!({"total": s.total_s, "prepare": s.prepare_s, "insert": s.insert_s, "finalize": s.finalize_s});
+            Ok(Built {
+                index: Box::new(idx),
+                index_name: "hnsw".into(),
+                variant: if kind == "hnsw" {
+                    String::new()
+                } else {
+                    "ip".into()
                 },
                 build_s,
                 sweep: Sweep::Ef,

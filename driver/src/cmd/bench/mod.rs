@@ -30,7 +30,7 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     pub heads: Vec<usize>,
     /// Index kinds: all, or a list of the kinds `qkindex bench --help` names (attention,
-    /// roargraph-recipe, key-graph, flat, ivf, ivf-ip, vamana, robust-vamana).
+    /// roargraph-recipe, key-graph, hnsw, hnsw-ip, flat, ivf, ivf-ip, vamana, robust-vamana).
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub kinds: Vec<String>,
     /// Neighbours per query (recall@k); a list measures each (e.g. 10,100,1000).
@@ -122,6 +122,12 @@ pub struct BenchArgs {
     /// RobustVamana: degree slots held back from the Vamana passes for stitched edges.
     #[arg(long, default_value_t = 0)]
     pub stitch_reserve: usize,
+    /// HnswIndex (hnsw, hnsw-ip): links per key and level (`M`; 2M at level 0).
+    #[arg(long, default_value_t = 16)]
+    pub hnsw_m: usize,
+    /// HnswIndex (hnsw, hnsw-ip): candidate list size of insertions.
+    #[arg(long, default_value_t = 200)]
+    pub ef_construction: usize,
 }
 
 /// One query set of a head: row-major queries and their exact top-k.
