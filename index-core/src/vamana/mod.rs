@@ -322,4 +322,33 @@ mod tests {
             Err(Error::Cancelled { .. })
         ));
     }
+
+    #[test]
+    fn tiny_and_degenerate_inputs_build_and_search_exactly() {
+        for (n, raw) in [
+            (1usize, vec![0.5f32, -1.0]),
+            (2, vec![1.0, 0.0, 0.0, 1.0]),
+            (5, vec![1.0; 10]),
+        ] {
+            let keys = Arc::new(KeyStore::from_f32(raw, 2).expect("keys"));
+            let train = [0.3f32, 0.7, -1.0, 2.0];
+            let p = VamanaParams {
+                r: 3,
+                l: 4,
+                robust: true,
+                stitch_t: 2,
+                ..Default::default()
+            };
+            let idx = VamanaIndex::build(keys, Some(&train), &p, &CpuKnn).expect("build");
+            let out = idx
+                .search(
+                    &[1.0, 1.0],
+                    n,
+                    &SearchParams::with_ef(n),
+                    &mut idx.new_scratch(),
+                )
+                .expect("search");
+            assert_eq!(out.ids.len(), n);
+        }
+    }
 }
