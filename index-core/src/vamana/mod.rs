@@ -16,7 +16,8 @@
 //! ([`KnnBackend`]) are linked to one another in the adjacency slots left free below `r`
 //! (optionally widened by building the Vamana passes at `r − stitch_reserve`).
 //!
-//! Where this departs from the papers: the OOD-DiskANN text was not available to this build;
+//! Where this departs from the papers: the OOD-DiskANN text could not be retrieved when this was
+//! written;
 //! RobustStitch follows its published description (stitch the nearest base points of each
 //! sample query into spare degree), without the paper's other parts (query-aware PQ, and
 //! inserting the sample queries into the graph as temporary nodes). A connectivity pass, not in
