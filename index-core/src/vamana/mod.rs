@@ -17,10 +17,9 @@
 //! (optionally widened by building the Vamana passes at `r − stitch_reserve`).
 //!
 //! Where this departs from the papers: the OOD-DiskANN text could not be retrieved when this was
-//! written;
-//! RobustStitch follows its published description (stitch the nearest base points of each
-//! sample query into spare degree), without the paper's other parts (query-aware PQ, and
-//! inserting the sample queries into the graph as temporary nodes). A connectivity pass, not in
+//! written, so RobustStitch follows the description in issue 4 (stitch each sample query's
+//! nearest keys into the spare adjacency slots of those keys); only that part of OOD-DiskANN is
+//! implemented (not its changes to compressed vectors). A connectivity pass, not in
 //! DiskANN, links any key the medoid cannot reach so that `ef = n` is exact.
 
 mod build;
