@@ -18,9 +18,8 @@
 //!
 //! Where this departs from the papers: the OOD-DiskANN text could not be retrieved when this was
 //! written, so RobustStitch follows the description in issue 4 (stitch each sample query's
-//! nearest keys into the spare adjacency slots of those keys); only that part of OOD-DiskANN is
-//! implemented (not its changes to compressed vectors). A connectivity pass, not in
-//! DiskANN, links any key the medoid cannot reach so that `ef = n` is exact.
+//! nearest keys into the spare adjacency slots of those keys), and nothing else of OOD-DiskANN
+//! is implemented. A connectivity pass, not in DiskANN, links any key the medoid cannot reach so that `ef = n` is exact.
 
 mod build;
 mod params;
