@@ -434,4 +434,31 @@ mod tests {
         .expect("nlist capped at n");
         assert_eq!(big.nlist(), 50);
     }
+
+    #[test]
+    fn tiny_and_degenerate_inputs_build_and_search_exactly() {
+        for (n, raw) in [
+            (1usize, vec![0.5f32, -1.0]),
+            (2, vec![1.0, 0.0, 0.0, 1.0]),
+            (5, vec![1.0; 10]),
+        ] {
+            let keys = KeyStore::from_f32(raw, 2).expect("keys");
+            for assignment in [Assignment::InnerProduct, Assignment::Spherical] {
+                let p = IvfParams {
+                    assignment,
+                    ..Default::default()
+                };
+                let idx = IvfIndex::build(&keys, &p).expect("build");
+                let out = idx
+                    .search(
+                        &[1.0, 1.0],
+                        n,
+                        &SearchParams::with_nprobe(n),
+                        &mut idx.new_scratch(),
+                    )
+                    .expect("search");
+                assert_eq!(out.ids.len(), n);
+            }
+        }
+    }
 }

@@ -16,11 +16,10 @@
 //! ([`KnnBackend`]) are linked to one another in the adjacency slots left free below `r`
 //! (optionally widened by building the Vamana passes at `r − stitch_reserve`).
 //!
-//! Where this departs from the papers: the OOD-DiskANN text was not available to this build;
-//! RobustStitch follows its published description (stitch the nearest base points of each
-//! sample query into spare degree), without the paper's other parts (query-aware PQ, and
-//! inserting the sample queries into the graph as temporary nodes). A connectivity pass, not in
-//! DiskANN, links any key the medoid cannot reach so that `ef = n` is exact.
+//! Where this departs from the papers: the OOD-DiskANN text could not be retrieved when this was
+//! written, so RobustStitch follows the description in issue 4 (stitch each sample query's
+//! nearest keys into the spare adjacency slots of those keys), and nothing else of OOD-DiskANN
+//! is implemented. A connectivity pass, not in DiskANN, links any key the medoid cannot reach so that `ef = n` is exact.
 
 mod build;
 mod params;
@@ -325,5 +324,34 @@ mod tests {
             VamanaIndex::build_with(keys, None, &VamanaParams::default(), &CpuKnn, &cancel),
             Err(Error::Cancelled { .. })
         ));
+    }
+
+    #[test]
+    fn tiny_and_degenerate_inputs_build_and_search_exactly() {
+        for (n, raw) in [
+            (1usize, vec![0.5f32, -1.0]),
+            (2, vec![1.0, 0.0, 0.0, 1.0]),
+            (5, vec![1.0; 10]),
+        ] {
+            let keys = Arc::new(KeyStore::from_f32(raw, 2).expect("keys"));
+            let train = [0.3f32, 0.7, -1.0, 2.0];
+            let p = VamanaParams {
+                r: 3,
+                l: 4,
+                robust: true,
+                stitch_t: 2,
+                ..Default::default()
+            };
+            let idx = VamanaIndex::build(keys, Some(&train), &p, &CpuKnn).expect("build");
+            let out = idx
+                .search(
+                    &[1.0, 1.0],
+                    n,
+                    &SearchParams::with_ef(n),
+                    &mut idx.new_scratch(),
+                )
+                .expect("search");
+            assert_eq!(out.ids.len(), n);
+        }
     }
 }
