@@ -3,14 +3,15 @@
 //!
 //! ```text
 //! cargo run --release -p qkindex --example big_file -- [--n 1048576] [--d 128] [--train 65536]
-//!     [--path /tmp/qkindex-big.qki] [--reuse]
+//!     [--path /tmp/qkindex-big.qki] [--reuse] [--flat]
 //! ```
 //! Builds an f16 AttentionIndex over `n` synthetic keys (`qkindex::synth::ood`) from `train`
 //! training queries (evenly strided), saves it, then measures: open without verification
 //! (header + table only), open with verification (every checksum and structural scan), the
 //! xxh3 checksum throughput over the key bytes, resident memory (`/proc/self/smaps_rollup`)
 //! after opening and after a full scan, and RSS/PSS of this process and a child process that
-//! maps the same file at the same time. `--reuse` skips the build when the file exists.
+//! maps the same file at the same time. `--reuse` skips the build when the file exists;
+//! `--flat` writes a FlatIndex instead (no graph build: a quick way to a large file).
 
 use half::f16;
 use qkindex::io::{self, LoadOptions};
@@ -28,6 +29,7 @@ struct Args {
     train: usize,
     path: PathBuf,
     reuse: bool,
+    flat: bool,
     child: bool,
 }
 
@@ -38,6 +40,7 @@ fn parse_args() -> Result<Args, String> {
         train: 65_536,
         path: std::env::temp_dir().join("qkindex-big.qki"),
         reuse: false,
+        flat: false,
         child: false,
     };
     let mut it = std::env::args().skip(1);
@@ -49,6 +52,7 @@ fn parse_args() -> Result<Args, String> {
             "--train" => a.train = value()?.parse().map_err(|e| format!("--train: {e}"))?,
             "--path" => a.path = PathBuf::from(value()?),
             "--reuse" => a.reuse = true,
+            "--flat" => a.flat = true,
             "--child" => a.child = true,
             other => return Err(format!("unknown argument {other}")),
         }
@@ -103,6 +107,17 @@ fn build(a: &Args) {
         KeyStore::from_f16(data.keys.iter().map(|&x| f16::from_f32(x)).collect(), a.d)
             .expect("keys"),
     );
+    if a.flat {
+        drop(data);
+        let t = Instant::now();
+        FlatIndex::new(keys).save(&a.path).expect("save");
+        println!(
+            "saved a flat index to {} in {:.2}s",
+            a.path.display(),
+            t.elapsed().as_secs_f64()
+        );
+        return;
+    }
     let rows = data.train_queries.len() / a.d;
     let take = a.train.min(rows).max(1);
     let step = rows as f64 / take as f64;
