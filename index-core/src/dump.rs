@@ -136,21 +136,25 @@ impl Dump {
             Part::Q | Part::QDec => m.n_q_heads,
             _ => m.n_kv_heads,
         };
-        let rows = match part {
-            Part::Q | Part::K | Part::V => Some(m.n_prefill),
-            // Decode counts may differ per tensor in older dumps; take the file's.
-            _ => None,
+        // Keys (and values) may outnumber the prefill queries (`synth_ood.py --M-prefill`
+        // subsamples the training queries of very large sets), never the reverse. Decode counts
+        // may differ per tensor in older dumps: the file's count is taken.
+        let (rows, at_least) = match part {
+            Part::Q => (Some(m.n_prefill), false),
+            Part::K | Part::V => (Some(m.n_prefill), true),
+            _ => (None, false),
         };
         let ok = a.shape.len() == 3
             && a.shape[0] == heads
-            && rows.is_none_or(|r| a.shape[1] == r)
+            && rows.is_none_or(|r| a.shape[1] == r || (at_least && a.shape[1] > r))
             && a.shape[2] == m.head_dim;
         if !ok {
             return Err(Error::format(
                 &path,
                 "shape",
                 format!(
-                    "expected [{heads}, {}, {}], found {:?}",
+                    "expected [{heads}, {}{}, {}], found {:?}",
+                    if at_least { "≥ " } else { "" },
                     rows.map_or("n".to_string(), |r| r.to_string()),
                     m.head_dim,
                     a.shape

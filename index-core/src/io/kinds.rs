@@ -29,7 +29,7 @@ pub struct KeyRef {
     pub dtype: Dtype,
 }
 
-/// How [`Persist::write`] stores the keys.
+/// How [`Persist::writer`] stores the keys.
 #[derive(Clone, Copy, Debug)]
 pub enum KeysPlacement<'a> {
     /// Inside the file (a self-contained `save`).

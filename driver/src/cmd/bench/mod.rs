@@ -178,6 +178,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let group = m.n_q_heads / m.n_kv_heads;
     let mut rows: Vec<Row> = Vec::new();
     let started = Instant::now();
+    let mut n_keys = None;
 
     for &layer in &layers {
         let q_all = dump.read(layer, Part::Q)?;
@@ -201,6 +202,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 d,
             )?);
             let n = keys.len();
+            n_keys = Some(n);
             if k_max > n {
                 bail!("--k {k_max} is larger than the number of keys ({n})");
             }
@@ -267,7 +269,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         started.elapsed().as_secs_f64(),
     );
     report.head_dim = Some(d);
-    report.n_keys = Some(m.n_prefill);
+    report.n_keys = n_keys;
     report.write(&args.out, args.budget)?;
     report::print_summary(&report);
     eprintln!(
