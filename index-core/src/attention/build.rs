@@ -408,19 +408,31 @@ fn connect(
             match with_room {
                 Some(from) => adj[from as usize].push(u),
                 None => {
-                    // Redirect an edge whose target keeps another way in.
-                    let spare = out.ids.iter().chain(entries).find_map(|&r| {
-                        let pos = adj[r as usize].iter().rposition(|&x| {
-                            indeg[x as usize] >= 2 && !entries.contains(&x) && x != u
-                        })?;
-                        Some((r, pos))
-                    });
-                    let Some((r, pos)) = spare else {
+                    // Every reachable list is full: splice `u` into one, r → w becomes
+                    // r → u → w. Whatever was reachable stays reachable (through `u`), and no
+                    // path used `u`'s own edges (it was unreachable), so nothing is cut off.
+                    let r = out
+                        .ids
+                        .iter()
+                        .copied()
+                        .find(|&r| r != u && reached[r as usize])
+                        .or_else(|| entries.first().copied());
+                    let Some(r) = r else {
                         continue;
                     };
-                    let x = adj[r as usize][pos];
-                    indeg[x as usize] -= 1;
-                    adj[r as usize][pos] = u;
+                    let Some(w) = adj[r as usize].pop() else {
+                        continue;
+                    };
+                    adj[r as usize].push(u);
+                    let own = &mut adj[u as usize];
+                    if own.contains(&w) {
+                        indeg[w as usize] -= 1;
+                    } else if own.len() < m {
+                        own.push(w);
+                    } else if let Some(last) = own.last_mut() {
+                        indeg[*last as usize] -= 1;
+                        *last = w;
+                    }
                 }
             }
             indeg[u as usize] += 1;
