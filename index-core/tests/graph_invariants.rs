@@ -336,7 +336,7 @@ fn tiny_degree_bounds_always_build_connected_graphs() {
                             sequence_edges: 0,
                             recent_entries: 0,
                             causal,
-                            entry: entry.clone(),
+                            entry,
                             build_ef: 16,
                             ..AttentionParams::default()
                         };
