@@ -21,7 +21,7 @@ Peer kinds (--kinds):
                                                                     index=hnsw  variant="ip"
   hnswlib-l2r  hnswlib space 'l2' on the MIPS->L2 reduction (keys get an extra coordinate
                sqrt(R^2 - |k|^2), R = max key norm; queries get 0); scores reported are the
-               original inner products                               index=hnsw  variant="l2-reduction"
+               original inner products                               index=hnsw  variant="" (as qkindex hnsw: L2-reduced by default)
 
 Timing (single thread everywhere): QPS = n_queries / median over --repeat of the wall time of ONE
 batch call per query set and setting (faiss index.search(all queries), hnswlib knn_query(all)).
@@ -67,7 +67,7 @@ KIND_META = {  # kind -> (index, variant, impl)
     "faiss-ivf": ("ivf", "", "faiss"),
     "faiss-hnsw": ("hnsw", "ip", "faiss"),
     "hnswlib-ip": ("hnsw", "ip", "hnswlib"),
-    "hnswlib-l2r": ("hnsw", "l2-reduction", "hnswlib"),
+    "hnswlib-l2r": ("hnsw", "", "hnswlib"),
 }
 DEFAULT_EF = "100,128,160,200,256,320,400,512,640,800,1024"
 DEFAULT_NPROBE = "1,2,4,8,16,32,64,128,256"
