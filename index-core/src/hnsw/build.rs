@@ -278,7 +278,8 @@ pub(super) fn greedy<G: Neighbors + ?Sized>(
     loop {
         stats.hops += 1;
         ids.clear();
-        visited.filter_new(graph.neighbors_of(cur.id), ids);
+        // `_below`: an upper level read from an unverified file may hold ids `≥ n`.
+        visited.filter_new_below(graph.neighbors_of(cur.id), graph.node_count() as u32, ids);
         if ids.is_empty() {
             return cur;
         }

@@ -94,8 +94,11 @@ impl HnswIndex {
             for v in 0..n as u32 {
                 if !g.neighbors(v).is_empty() {
                     present[v as usize] = true;
+                    // `get_mut`: an unverified file may hold ids `≥ n` (searches skip them).
                     for &w in g.neighbors(v) {
-                        present[w as usize] = true;
+                        if let Some(p) = present.get_mut(w as usize) {
+                            *p = true;
+                        }
                     }
                 }
             }

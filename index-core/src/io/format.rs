@@ -122,18 +122,22 @@ impl SectionKind {
     pub const CSR_NEIGHBORS: Self = Self(5);
     /// u32 entry points of graph searches (Vamana: the medoid), each `< n`.
     pub const ENTRY_POINTS: Self = Self(6);
-    /// Reserved: HNSW, one u8 level per node.
+    /// Reserved (not written by v1 writers): HNSW, one u8 level per node.
     pub const HNSW_LEVELS: Self = Self(16);
-    /// Reserved: HNSW upper layers, u32 CSR offsets over the nodes of level ≥ 1 (by level, then id).
+    /// HNSW levels `1..=L`: `L × (n + 1)` u32 CSR offsets, one full offsets array per level
+    /// (level 1 first), each starting at 0 within its level's block of neighbour ids.
     pub const HNSW_UPPER_OFFSETS: Self = Self(17);
-    /// Reserved: HNSW upper layers, u32 neighbour ids.
+    /// HNSW levels `1..=L`: the u32 neighbour ids of each level, level 1's block first.
     pub const HNSW_UPPER_NEIGHBORS: Self = Self(18);
-    /// Reserved: IVF, `nlist × d` f32 centroids.
+    /// IVF: `nlist × d` f32 centroids, row-major.
     pub const IVF_CENTROIDS: Self = Self(32);
-    /// Reserved: IVF, `nlist + 1` u32 list offsets into the id map.
+    /// IVF: `nlist + 1` u32 list offsets into the list-order positions.
     pub const IVF_LIST_OFFSETS: Self = Self(33);
-    /// Reserved: IVF, `n` u32 key ids grouped by list.
+    /// IVF: `n` u32 key ids in list order (the id of the key at each position).
     pub const IVF_LIST_IDS: Self = Self(34);
+    /// IVF: the `n × d` keys in list order (row `p` is key `ivf_list_ids[p]`), in the header
+    /// dtype: the index's own copy, scanned in place.
+    pub const IVF_LIST_KEYS: Self = Self(35);
 
     /// The name used in errors and `inspect`.
     pub fn name(self) -> String {
@@ -150,6 +154,7 @@ impl SectionKind {
             Self::IVF_CENTROIDS => "ivf_centroids".into(),
             Self::IVF_LIST_OFFSETS => "ivf_list_offsets".into(),
             Self::IVF_LIST_IDS => "ivf_list_ids".into(),
+            Self::IVF_LIST_KEYS => "ivf_list_keys".into(),
             Self(k) => format!("section kind {k}"),
         }
     }
@@ -384,6 +389,7 @@ pub fn parse_table(path: &Path, header: &Header, bytes: &[u8]) -> Result<Vec<Sec
                 | SectionKind::IVF_CENTROIDS
                 | SectionKind::IVF_LIST_OFFSETS
                 | SectionKind::IVF_LIST_IDS
+                | SectionKind::IVF_LIST_KEYS
         );
         if !known && !e.kind.is_optional() {
             return Err(table(format!(

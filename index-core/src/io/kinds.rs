@@ -174,7 +174,7 @@ pub type KeyResolver<'a> = dyn FnMut(&RawFile, &KeyRef) -> Result<Arc<KeyStore>>
 
 /// The keys of index file `raw`: inline, or through its reference and `resolve`; checked
 /// against the header's `n`, `d` and dtype.
-fn index_keys(raw: &RawFile, resolve: &mut KeyResolver<'_>) -> Result<Arc<KeyStore>> {
+pub(super) fn index_keys(raw: &RawFile, resolve: &mut KeyResolver<'_>) -> Result<Arc<KeyStore>> {
     let h = raw.header();
     let keys = if raw.entry(SectionKind::KEYS).is_some() {
         keys_from(raw)?
@@ -275,16 +275,19 @@ pub fn decode(
                 .map_err(|e| raw.error(SectionKind::CSR_OFFSETS, e.to_string()))?;
             AnyIndex::Attention(idx)
         }
-        FileKind::Index(other) => {
-            return Err(Error::format(
-                raw.path(),
-                "header",
-                format!(
+        FileKind::Index(other) => match super::baselines::decode(raw, resolve)? {
+            Some(index) => index,
+            None => {
+                return Err(Error::format(
+                    raw.path(),
+                    "header",
+                    format!(
                     "{} files are specified in docs/FORMAT.md but this build cannot load them yet",
                     other.name()
                 ),
-            ))
-        }
+                ))
+            }
+        },
     };
     if opts.verify {
         deep_check(raw, &index)?;
@@ -315,5 +318,6 @@ pub fn deep_check(raw: &RawFile, index: &AnyIndex) -> Result<()> {
             raw.error(section, reason)
         })?;
     }
+    super::baselines::deep_check(raw, index)?;
     Ok(())
 }

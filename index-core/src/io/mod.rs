@@ -19,6 +19,7 @@
 //! poor results but no panic and no out-of-bounds read (graph accessors are total and searches
 //! skip ids `≥ n`). A loaded index searches the mapped pages: nothing is copied.
 
+mod baselines;
 mod buf;
 pub mod bundle;
 pub mod format;
@@ -35,9 +36,12 @@ pub use writer::{write_atomic, FileWriter};
 use crate::attention::AttentionIndex;
 use crate::error::{Error, Result};
 use crate::flat::FlatIndex;
+use crate::hnsw::HnswIndex;
+use crate::ivf::IvfIndex;
 use crate::scratch::Scratch;
 use crate::search::{AnnIndex, IndexKind, SearchOutput, SearchParams};
 use crate::store::KeyStore;
+use crate::vamana::VamanaIndex;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -72,6 +76,10 @@ impl LoadOptions {
 pub enum AnyIndex {
     Attention(AttentionIndex),
     Flat(FlatIndex),
+    Hnsw(HnswIndex),
+    Ivf(IvfIndex),
+    /// Vamana or RobustVamana (`params().robust`).
+    Vamana(VamanaIndex),
 }
 
 impl AnyIndex {
@@ -91,11 +99,38 @@ impl AnyIndex {
         }
     }
 
+    /// The HNSW index, if this is one.
+    pub fn as_hnsw(&self) -> Option<&HnswIndex> {
+        match self {
+            AnyIndex::Hnsw(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// The IVF index, if this is one.
+    pub fn as_ivf(&self) -> Option<&IvfIndex> {
+        match self {
+            AnyIndex::Ivf(i) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// The Vamana (or RobustVamana) index, if this is one.
+    pub fn as_vamana(&self) -> Option<&VamanaIndex> {
+        match self {
+            AnyIndex::Vamana(v) => Some(v),
+            _ => None,
+        }
+    }
+
     /// The index as a trait object.
     pub fn as_dyn(&self) -> &dyn AnnIndex {
         match self {
             AnyIndex::Attention(a) => a,
             AnyIndex::Flat(f) => f,
+            AnyIndex::Hnsw(h) => h,
+            AnyIndex::Ivf(i) => i,
+            AnyIndex::Vamana(v) => v,
         }
     }
 
@@ -104,14 +139,21 @@ impl AnyIndex {
         match self {
             AnyIndex::Attention(a) => Box::new(a),
             AnyIndex::Flat(f) => Box::new(f),
+            AnyIndex::Hnsw(h) => Box::new(h),
+            AnyIndex::Ivf(i) => Box::new(i),
+            AnyIndex::Vamana(v) => Box::new(v),
         }
     }
 
-    /// The keys it searches.
+    /// The keys it searches. For IVF these are its own copy in list order (row `p` is key
+    /// `list_ids()[p]`), as it keeps no id-ordered store.
     pub fn key_store(&self) -> &Arc<KeyStore> {
         match self {
             AnyIndex::Attention(a) => a.keys(),
             AnyIndex::Flat(f) => f.keys(),
+            AnyIndex::Hnsw(h) => h.keys(),
+            AnyIndex::Ivf(i) => i.list_keys(),
+            AnyIndex::Vamana(v) => v.keys(),
         }
     }
 
@@ -120,6 +162,9 @@ impl AnyIndex {
         match self {
             AnyIndex::Attention(a) => a,
             AnyIndex::Flat(f) => f,
+            AnyIndex::Hnsw(h) => h,
+            AnyIndex::Ivf(i) => i,
+            AnyIndex::Vamana(v) => v,
         }
     }
 

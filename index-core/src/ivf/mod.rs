@@ -26,9 +26,11 @@ pub use params::IvfParams;
 
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
+use crate::io::Buf;
 use crate::scratch::Scratch;
 use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};
 use crate::store::{KeyStore, KeysRef};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Keys scored per kernel call when scanning a list.
@@ -61,11 +63,12 @@ pub struct IvfIndex {
     /// `nlist × dim` centroids, f32.
     centroids: KeyStore,
     /// The keys in list order (list 0 first), in the element type of the input keys.
-    lists: KeyStore,
+    lists: Arc<KeyStore>,
     /// `ids[p]` is the original id of the key at list-order position `p` (`n` entries).
-    ids: Vec<u32>,
+    /// Owned after a build, mapped after a load (as are the other arrays).
+    ids: Buf<u32>,
     /// List `l` holds positions `offsets[l]..offsets[l + 1]` (`nlist + 1` entries).
-    offsets: Vec<u32>,
+    offsets: Buf<u32>,
     params: IvfParams,
     stats: BuildStats,
 }
@@ -176,17 +179,121 @@ impl IvfIndex {
         Ok(IvfIndex {
             dim,
             centroids,
-            lists,
-            ids,
-            offsets,
+            lists: Arc::new(lists),
+            ids: Buf::Owned(ids),
+            offsets: Buf::Owned(offsets),
             params: params.clone(),
             stats,
         })
     }
 
+    /// Assembles an index from parts (used by loaders): `centroids` (`nlist × dim` f32),
+    /// `lists` (the `n` keys in list order), `ids` (`n` original ids in list order) and
+    /// `offsets` (`nlist + 1` list boundaries into the positions). Checks the sizes and the
+    /// two ends of `offsets` (O(1)); [`IvfIndex::validate`] scans the rest.
+    pub fn from_parts(
+        centroids: KeyStore,
+        lists: Arc<KeyStore>,
+        ids: Buf<u32>,
+        offsets: Buf<u32>,
+        params: &IvfParams,
+    ) -> Result<Self> {
+        params.validate()?;
+        let (n, dim, nlist) = (lists.len(), lists.dim(), centroids.len());
+        if centroids.dim() != dim {
+            return Err(Error::DimensionMismatch {
+                what: "IVF centroid dimension",
+                expected: dim,
+                got: centroids.dim(),
+            });
+        }
+        if nlist == 0 || nlist > n {
+            return Err(Error::invalid_param(
+                "nlist",
+                nlist,
+                format!("must be in 1..={n} (the number of keys)"),
+            ));
+        }
+        if ids.as_slice().len() != n {
+            return Err(Error::DimensionMismatch {
+                what: "IVF list ids (one per key)",
+                expected: n,
+                got: ids.as_slice().len(),
+            });
+        }
+        let o = offsets.as_slice();
+        if o.len() != nlist + 1 {
+            return Err(Error::DimensionMismatch {
+                what: "IVF list offsets (nlist + 1)",
+                expected: nlist + 1,
+                got: o.len(),
+            });
+        }
+        if o.first() != Some(&0) || o.last().map(|&x| x as usize) != Some(n) {
+            return Err(Error::invalid_param(
+                "offsets",
+                format!("{:?}..{:?}", o.first(), o.last()),
+                format!("must start at 0 and end at n = {n}"),
+            ));
+        }
+        Ok(IvfIndex {
+            dim,
+            centroids,
+            lists,
+            ids,
+            offsets,
+            params: params.clone(),
+            stats: BuildStats::default(),
+        })
+    }
+
+    /// The full scan [`IvfIndex::from_parts`] skips: offsets never decrease, the ids are a
+    /// permutation of `0..n`, every key and centroid is finite. Returns what is wrong.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if let Some(l) = self.offsets().windows(2).position(|w| w[0] > w[1]) {
+            return Err(format!("list offsets decrease at list {l}"));
+        }
+        let n = self.ids.as_slice().len();
+        let mut seen = vec![false; n];
+        for (p, &id) in self.ids.as_slice().iter().enumerate() {
+            match seen.get_mut(id as usize) {
+                None => return Err(format!("key id {id} at position {p} is not below n = {n}")),
+                Some(true) => return Err(format!("key id {id} appears twice (position {p})")),
+                Some(s) => *s = true,
+            }
+        }
+        if let Some(row) = self.lists.first_non_finite_row() {
+            return Err(format!("list-order key row {row} holds NaN or infinity"));
+        }
+        if let Some(row) = self.centroids.first_non_finite_row() {
+            return Err(format!("centroid {row} holds NaN or infinity"));
+        }
+        Ok(())
+    }
+
     /// Number of lists.
     pub fn nlist(&self) -> usize {
-        self.offsets.len() - 1
+        self.offsets.as_slice().len().saturating_sub(1)
+    }
+
+    /// The keys in list order (row `p` is key [`IvfIndex::list_ids`]`()[p]`).
+    pub fn list_keys(&self) -> &Arc<KeyStore> {
+        &self.lists
+    }
+
+    /// Original ids in list order (`n` entries).
+    pub fn list_ids(&self) -> &[u32] {
+        self.ids.as_slice()
+    }
+
+    /// List boundaries into the list-order positions (`nlist + 1` entries).
+    pub fn offsets(&self) -> &[u32] {
+        self.offsets.as_slice()
+    }
+
+    /// True when the arrays are borrowed from a file mapping.
+    pub fn is_mapped(&self) -> bool {
+        self.lists.is_mapped() && self.ids.is_mapped() && self.offsets.is_mapped()
     }
 
     /// The centroids (`nlist × dim`, f32).
@@ -199,18 +306,28 @@ impl IvfIndex {
     /// # Panics
     /// If `l >= nlist()`.
     pub fn list(&self, l: usize) -> &[u32] {
-        &self.ids[self.offsets[l] as usize..self.offsets[l + 1] as usize]
+        let o = self.offsets.as_slice();
+        match (o.get(l), o.get(l + 1)) {
+            (Some(&s), Some(&e)) => self
+                .ids
+                .as_slice()
+                .get(s as usize..e as usize)
+                .unwrap_or(&[]),
+            _ => panic!("list {l} out of range (nlist = {})", self.nlist()),
+        }
     }
 
     /// Bytes held by the index: the list-ordered keys, the centroids, the id map and the list
     /// offsets (the caller's key store is not kept).
     pub fn bytes(&self) -> usize {
-        self.lists.bytes() + self.centroids.bytes() + 4 * (self.ids.len() + self.offsets.len())
+        self.lists.bytes()
+            + self.centroids.bytes()
+            + 4 * (self.ids.as_slice().len() + self.offsets.as_slice().len())
     }
 
     /// [`IvfIndex::bytes`] per indexed key.
     pub fn bytes_per_key(&self) -> f64 {
-        self.bytes() as f64 / self.ids.len() as f64
+        self.bytes() as f64 / self.ids.as_slice().len() as f64
     }
 
     /// Build parameters.
@@ -230,7 +347,7 @@ impl AnnIndex for IvfIndex {
     }
 
     fn len(&self) -> usize {
-        self.ids.len()
+        self.ids.as_slice().len()
     }
 
     fn dim(&self) -> usize {
@@ -250,7 +367,8 @@ impl AnnIndex for IvfIndex {
         scratch: &mut Scratch,
         out: &mut SearchOutput,
     ) -> Result<()> {
-        let n = self.ids.len();
+        let (key_ids, offsets) = (self.ids.as_slice(), self.offsets.as_slice());
+        let n = key_ids.len();
         check_query(query, self.dim, k, n)?;
         let nprobe = params.nprobe.unwrap_or(self.params.default_nprobe);
         if nprobe == 0 {
@@ -280,10 +398,10 @@ impl AnnIndex for IvfIndex {
         best.reset(k);
         let mut scanned = 0usize;
         for &l in ids.iter() {
-            let (s, e) = (
-                self.offsets[l as usize] as usize,
-                self.offsets[l as usize + 1] as usize,
-            );
+            // Clamped so that the offsets of an unverified, damaged file cannot make the scan
+            // leave the keys (valid offsets are unchanged by this).
+            let e = (offsets.get(l as usize + 1).copied().unwrap_or(0) as usize).min(n);
+            let s = (offsets.get(l as usize).copied().unwrap_or(0) as usize).min(e);
             scanned += e - s;
             let mut p = s;
             while p < e {
@@ -296,7 +414,20 @@ impl AnnIndex for IvfIndex {
         }
         best.drain_sorted(&mut out.ids, &mut out.scores);
         for id in out.ids.iter_mut() {
-            *id = self.ids[*id as usize];
+            *id = key_ids.get(*id as usize).copied().unwrap_or(u32::MAX);
+        }
+        // Ids `≥ n` only come from an unverified, damaged id map: drop them (docs/FORMAT.md).
+        if out.ids.iter().any(|&id| id as usize >= n) {
+            let mut kept = 0;
+            for i in 0..out.ids.len() {
+                if (out.ids[i] as usize) < n {
+                    out.ids[kept] = out.ids[i];
+                    out.scores[kept] = out.scores[i];
+                    kept += 1;
+                }
+            }
+            out.ids.truncate(kept);
+            out.scores.truncate(kept);
         }
         out.stats = SearchStats {
             distance_computations: (nlist + scanned) as u64,
@@ -330,7 +461,7 @@ mod tests {
         seen.sort_unstable();
         assert_eq!(seen, (0..1000).collect::<Vec<u32>>());
         let mut row = vec![0.0; dim];
-        for (p, &id) in idx.ids.iter().enumerate() {
+        for (p, &id) in idx.list_ids().iter().enumerate() {
             idx.lists.row_into(p as u32, &mut row);
             assert_eq!(row, &raw[id as usize * dim..(id as usize + 1) * dim]);
         }
@@ -348,10 +479,10 @@ mod tests {
         let p = IvfParams::default();
         let a = IvfIndex::build(&keys, &p).expect("a");
         let b = IvfIndex::build(&keys, &p).expect("b");
-        assert_eq!(a.ids, b.ids);
-        assert_eq!(a.offsets, b.offsets);
+        assert_eq!(a.list_ids(), b.list_ids());
+        assert_eq!(a.offsets(), b.offsets());
         let c = IvfIndex::build(&keys, &IvfParams { seed: 1, ..p }).expect("c");
-        assert_ne!(a.offsets, c.offsets);
+        assert_ne!(a.offsets(), c.offsets());
     }
 
     #[test]
