@@ -161,3 +161,27 @@ def test_inputs_are_not_modified(data, attention_index):
     before = queries.copy()
     attention_index.search(queries, k=10)
     np.testing.assert_array_equal(before, queries)
+
+
+class DlpackOnly:
+    """An object that speaks only DLPack (as some tensor libraries do)."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._a.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_dlpack_inputs(data, attention_index):
+    keys, _, queries = data
+    want = attention_index.search(queries, k=10, ef=48)
+    got = attention_index.search(DlpackOnly(queries), k=10, ef=48)
+    np.testing.assert_array_equal(got.ids, want.ids)
+    flat = qkindex.FlatIndex.build(DlpackOnly(keys.astype(np.float16)))
+    assert flat.dtype == "float16"
+    with pytest.raises(TypeError, match="queries: .*float64"):
+        attention_index.search(DlpackOnly(queries.astype(np.float64)))
