@@ -172,44 +172,39 @@ pub fn attention_mass(
     Ok(total / q.rows as f64)
 }
 
-/// Times `iters` single-query searches of `query` on `index` inside Rust (scratch and output
-/// reused, no Python in the loop) and returns each call's wall time in nanoseconds: the
-/// reference the Python call overhead is measured against.
+/// Times single-query searches inside Rust: `rounds` passes over `queries` (`[b, d]` or
+/// `[d]`), one scratch and output reused, no Python in the loop. Returns each call's wall time
+/// in nanoseconds, in call order: the reference the Python call overhead is measured against.
 #[pyfunction]
-#[pyo3(name = "_search_latency_ns", signature = (index, query, k=100, ef=None, iters=1000))]
+#[pyo3(name = "_search_latency_ns", signature = (index, queries, k=100, ef=None, rounds=1))]
 pub fn search_latency_ns(
     py: Python<'_>,
     index: &Bound<'_, PyAny>,
-    query: &Bound<'_, PyAny>,
+    queries: &Bound<'_, PyAny>,
     k: i64,
     ef: Option<i64>,
-    iters: i64,
+    rounds: i64,
 ) -> PyResult<Vec<f64>> {
     let index = any_index(index)?;
     let k = count("k", k, 1)?;
-    let iters = count("iters", iters, 1)?;
+    let rounds = count("rounds", rounds, 1)?;
     let params = SearchParams {
         ef: ef.map(|e| count("ef", e, 1)).transpose()?,
         ..SearchParams::default()
     };
-    let qa = float_array(query, "query")?;
-    let q = qa.rows_f32("query", Shape::Vectors, Some(index.dim()))?;
-    if !q.one_d {
-        return Err(value_error(format!(
-            "query: expected shape [{}], got {}",
-            index.dim(),
-            shape_str(qa.shape())
-        )));
-    }
-    let query: &[f32] = &q.data;
+    let qa = float_array(queries, "queries")?;
+    let q = qa.rows_f32("queries", Shape::Vectors, Some(index.dim()))?;
+    let (data, d): (&[f32], usize) = (&q.data, q.dim);
     py.detach(|| {
         let mut scratch = index.new_scratch();
         let mut out = SearchOutput::default();
-        let mut times = Vec::with_capacity(iters);
-        for _ in 0..iters {
-            let t = Instant::now();
-            index.search_into(query, k, &params, &mut scratch, &mut out)?;
-            times.push(t.elapsed().as_nanos() as f64);
+        let mut times = Vec::with_capacity(rounds * q.rows);
+        for _ in 0..rounds {
+            for query in data.chunks_exact(d) {
+                let t = Instant::now();
+                index.search_into(query, k, &params, &mut scratch, &mut out)?;
+                times.push(t.elapsed().as_nanos() as f64);
+            }
         }
         Ok(times)
     })

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import qkindex
-from conftest import brute_topk, ood_data
+from conftest import brute_topk
 
 
 def test_flat_matches_brute_force_and_exact_topk(data):
@@ -259,3 +259,11 @@ def test_reading_a_corrupt_tensor_is_a_format_error(tmp_path):
     (out / "layer00.k.npy").write_bytes(raw[: len(raw) // 2])
     with pytest.raises(qkindex.FormatError):
         dump.k(0)
+
+
+def test_rust_timing_helper(data, attention_index):
+    _, _, queries = data
+    times = qkindex._native._search_latency_ns(attention_index, queries[:4], k=10, ef=32, rounds=3)
+    assert len(times) == 12 and all(t > 0 for t in times)
+    with pytest.raises(TypeError, match="index"):
+        qkindex._native._search_latency_ns(object(), queries[:4])
