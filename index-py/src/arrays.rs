@@ -179,14 +179,6 @@ fn rows_of<'a, T: Element + Clone>(
 }
 
 impl FloatArray<'_> {
-    /// The input's shape.
-    pub fn shape(&self) -> &[usize] {
-        match self {
-            FloatArray::F16(a) => a.shape(),
-            FloatArray::F32(a) => a.shape(),
-        }
-    }
-
     /// The rows as f32 (float16 input is converted), finite-checked.
     pub fn rows_f32(
         &self,
