@@ -2,6 +2,7 @@
 //! One file per subcommand under `cmd/`.
 
 mod cmd;
+mod plots;
 mod report;
 
 use clap::{Parser, Subcommand};
@@ -21,6 +22,10 @@ struct Cli {
 enum Command {
     /// Recall benchmark of index kinds on a dump (recall, scanned fraction, QPS, build time).
     Bench(cmd::bench::BenchArgs),
+    /// Merge bench.json files of one run (ours and peers') into one report with plots.
+    Report(cmd::report::ReportArgs),
+    /// Cost at a recall target against the number of keys, from bench runs of growing size.
+    Scaling(cmd::scaling::ScalingArgs),
     /// Greedy text generation with the model (CPU), streaming tokens.
     Generate(cmd::generate::GenerateArgs),
     /// Teacher-forced perplexity of a text file.
@@ -33,6 +38,8 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Report(args) => cmd::report::run(args),
+        Command::Scaling(args) => cmd::scaling::run(args),
         Command::Generate(args) => cmd::generate::run(args),
         Command::Ppl(args) => cmd::ppl::run(args),
         Command::Dump(args) => cmd::dump::run(args),

@@ -3,54 +3,70 @@
 
 use anyhow::{Context, Result};
 use qkindex::SearchParams;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
+/// The `schema` field of `bench.json`.
+pub const SCHEMA: &str = "qkindex-bench/1";
+
 /// Recall targets of the summary.
 pub const TARGETS: [f64; 3] = [0.90, 0.95, 0.99];
 
-/// One measured setting.
-#[derive(Clone, Debug, Serialize)]
+/// One measured setting. Fields a peer cannot report (hnswlib counts no inner products) are
+/// null, never estimated.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Row {
     pub index: String,
     pub variant: String,
     #[serde(rename = "impl")]
     pub implementation: String,
+    /// Neighbours searched (recall@k); rows without it take the report's `k`.
+    #[serde(default)]
+    pub k: usize,
     pub layer: usize,
     pub head: usize,
     pub queries: String,
     pub params: serde_json::Value,
     pub recall: f64,
-    pub scanned: f64,
-    pub distance_computations: f64,
+    pub scanned: Option<f64>,
+    pub distance_computations: Option<f64>,
     pub qps: f64,
     pub latency_us: Latency,
     pub build_s: serde_json::Value,
-    pub mass_ratio: f64,
+    /// Bytes of the index structure per key, the keys themselves not counted.
+    #[serde(default)]
+    pub bytes_per_key: Option<f64>,
+    pub mass_ratio: Option<f64>,
     pub output_cosine: Option<f64>,
 }
 
-#[derive(Clone, Copy, Debug, Default, Serialize)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
 pub struct Latency {
     pub p50: f64,
     pub p99: f64,
+    /// Timed searches the percentiles are taken over.
+    #[serde(default)]
+    pub samples: usize,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Best {
     pub params: serde_json::Value,
     pub qps: f64,
-    pub scanned: f64,
+    pub scanned: Option<f64>,
 }
 
 /// Per (index, variant, layer, head, queries, target): the best-QPS and the fewest-scanned
 /// settings reaching the target (null when none does).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Summary {
+    #[serde(rename = "impl")]
+    pub implementation: String,
     pub index: String,
     pub variant: String,
+    pub k: usize,
     pub layer: usize,
     pub head: usize,
     pub queries: String,
@@ -59,16 +75,26 @@ pub struct Summary {
     pub min_scanned: Option<Best>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BenchReport {
-    pub schema: &'static str,
+    pub schema: String,
     pub dump: String,
     pub cpu: String,
     pub k: usize,
+    /// Head dimension of the dump (absent in peer files).
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    /// Keys per head of the dump (absent in peer files).
+    #[serde(default)]
+    pub n_keys: Option<usize>,
     /// Clock of QPS and latencies (`wall` or `thread-cpu`).
+    #[serde(default)]
     pub clock: String,
+    #[serde(default)]
     pub wall_s: f64,
     pub rows: Vec<Row>,
+    /// Recomputed from the rows whenever a file is read (peer scripts write their own form).
+    #[serde(default, skip_deserializing)]
     pub summary: Vec<Summary>,
 }
 
@@ -76,10 +102,12 @@ impl BenchReport {
     pub fn new(dump: &Path, k: usize, clock: &str, rows: Vec<Row>, wall_s: f64) -> Self {
         let summary = summarize(&rows);
         BenchReport {
-            schema: "qkindex-bench/1",
+            schema: SCHEMA.to_string(),
             dump: dump.display().to_string(),
             cpu: cpu_name(),
             k,
+            head_dim: None,
+            n_keys: None,
             clock: clock.to_string(),
             wall_s,
             rows,
@@ -87,95 +115,231 @@ impl BenchReport {
         }
     }
 
-    /// Writes `bench.json`, `bench.csv` and `report.md` into `dir`.
-    pub fn write(&self, dir: &Path) -> Result<()> {
+    /// Reads a `bench.json` (ours or a peer script's); rows without `k` take the file's `k`.
+    pub fn read(path: &Path) -> Result<Self> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut report: BenchReport = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a {SCHEMA} file", path.display()))?;
+        if report.schema != SCHEMA {
+            anyhow::bail!(
+                "{}: schema {:?}, expected {SCHEMA:?}",
+                path.display(),
+                report.schema
+            );
+        }
+        for r in &mut report.rows {
+            if r.k == 0 {
+                r.k = report.k;
+            }
+        }
+        report.summary = summarize(&report.rows);
+        Ok(report)
+    }
+
+    /// Adds the rows of `other` (peers measured in the same run) and recomputes the summary.
+    pub fn merge(&mut self, other: BenchReport) {
+        self.rows.extend(other.rows);
+        self.wall_s += other.wall_s;
+        self.summary = summarize(&self.rows);
+    }
+
+    /// Writes `bench.json`, `bench.csv`, `report.md` and the plots into `dir`.
+    pub fn write(&self, dir: &Path, budget: f64) -> Result<()> {
         let json = serde_json::to_string_pretty(self)?;
         write(&dir.join("bench.json"), &json)?;
         write(&dir.join("bench.csv"), &self.csv())?;
-        write(&dir.join("report.md"), &self.markdown())?;
+        let plots = crate::plots::write_all(self, dir, budget)?;
+        write(&dir.join("report.md"), &self.markdown(&plots, dir))?;
         Ok(())
     }
 
     fn csv(&self) -> String {
-        let mut s = String::from("index,variant,impl,layer,head,queries,params,recall,scanned,distance_computations,qps,latency_p50_us,latency_p99_us,build_total_s,mass_ratio,output_cosine\n");
+        let mut s = String::from("index,variant,impl,k,layer,head,queries,params,recall,scanned,distance_computations,qps,latency_p50_us,latency_p99_us,latency_samples,build_total_s,bytes_per_key,mass_ratio,output_cosine\n");
+        let opt = |v: Option<f64>, p: usize| v.map_or(String::new(), |x| format!("{x:.p$}"));
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{},{:.5},{:.5},{:.1},{:.1},{:.2},{:.2},{},{:.5},{}",
+                "{},{},{},{},{},{},{},{},{:.5},{},{},{:.1},{:.2},{:.2},{},{},{},{},{}",
                 r.index,
                 r.variant,
                 r.implementation,
+                r.k,
                 r.layer,
                 r.head,
                 r.queries,
                 params_str(&r.params),
                 r.recall,
-                r.scanned,
-                r.distance_computations,
+                opt(r.scanned, 5),
+                opt(r.distance_computations, 1),
                 r.qps,
                 r.latency_us.p50,
                 r.latency_us.p99,
-                r.build_s
-                    .get("total")
-                    .and_then(|v| v.as_f64())
-                    .unwrap_or(0.0),
-                r.mass_ratio,
-                r.output_cosine.map_or(String::new(), |c| format!("{c:.5}")),
+                r.latency_us.samples,
+                opt(r.build_s.get("total").and_then(|v| v.as_f64()), 3),
+                opt(r.bytes_per_key, 1),
+                opt(r.mass_ratio, 5),
+                opt(r.output_cosine, 5),
             );
         }
         s
     }
 
-    fn markdown(&self) -> String {
+    fn ks(&self) -> Vec<usize> {
+        let mut ks: Vec<usize> = self.rows.iter().map(|r| r.k).collect();
+        ks.sort_unstable();
+        ks.dedup();
+        ks
+    }
+
+    fn markdown(&self, plots: &[std::path::PathBuf], dir: &Path) -> String {
         let mut s = String::new();
+        let impls: std::collections::BTreeSet<&str> = self
+            .rows
+            .iter()
+            .map(|r| r.implementation.as_str())
+            .collect();
         let _ = writeln!(
             s,
-            "# qkindex bench\n\n- dump: `{}`\n- cpu: {}\n- k: {}\n- search clock: {}\n- wall time: {:.1} s\n",
-            self.dump, self.cpu, self.k, self.clock, self.wall_s
+            "# qkindex bench\n\n- dump: `{}`\n- cpu: {}\n- k: {}\n- implementations: {}\n- search clock: {} (single thread)\n- wall time: {:.1} s\n",
+            self.dump,
+            self.cpu,
+            self.ks().iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", "),
+            impls.into_iter().collect::<Vec<_>>().join(", "),
+            self.clock,
+            self.wall_s
         );
-        let _ = writeln!(s, "## Median over heads at recall@{} ≥ 0.95\n", self.k);
-        let _ = writeln!(s, "| index | variant | queries | heads reaching | median min scanned | median best QPS | median QPS / flat |");
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|");
-        for line in median_table(self, 0.95) {
-            let _ = writeln!(s, "{line}");
+        let _ = writeln!(s, "Medians over heads of the fewest keys scanned and the best single-thread QPS among the settings whose mean recall@k reaches the target; QPS ratios are per head, against the same run's exact scan of that head (`own flat`: the implementation's own, `faiss flat`: faiss IndexFlatIP).\n");
+        for k in self.ks() {
+            for &t in &TARGETS {
+                let _ = writeln!(s, "## recall@{k} ≥ {t}\n");
+                let _ = writeln!(s, "{}", MEDIAN_HEADER);
+                let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+                for line in median_table(self, k, t) {
+                    let _ = writeln!(s, "{line}");
+                }
+                let _ = writeln!(s);
+            }
+            self.quality_table(&mut s, k);
         }
-        let _ = writeln!(
-            s,
-            "\n## Per head (recall ≥ 0.95: fewest scanned, best QPS)\n"
-        );
-        let _ = writeln!(s, "| index | variant | layer | head | queries | min scanned | params | best QPS | params |");
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+        if !plots.is_empty() {
+            let _ = writeln!(s, "## Plots\n");
+            for p in plots
+                .iter()
+                .filter(|p| p.extension().is_some_and(|e| e == "png"))
+            {
+                let rel = p.strip_prefix(dir).unwrap_or(p);
+                let _ = writeln!(s, "![{}]({})\n", rel.display(), rel.display());
+            }
+        }
+        let _ = writeln!(s, "## Per head (recall ≥ 0.95: fewest scanned, best QPS)\n");
+        let _ = writeln!(s, "| impl | index | variant | k | layer | head | queries | min scanned | params | best QPS | params |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
         for x in self.summary.iter().filter(|x| x.target == 0.95) {
             let (ms, mp) = x
                 .min_scanned
                 .as_ref()
                 .map_or(("—".into(), "—".into()), |b| {
-                    (format!("{:.4}", b.scanned), params_str(&b.params))
+                    (fmt_opt(b.scanned, 4), params_str(&b.params))
                 });
             let (bq, bp) = x.best_qps.as_ref().map_or(("—".into(), "—".into()), |b| {
                 (format!("{:.0}", b.qps), params_str(&b.params))
             });
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                x.index, x.variant, x.layer, x.head, x.queries, ms, mp, bq, bp
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                x.implementation,
+                x.index,
+                x.variant,
+                x.k,
+                x.layer,
+                x.head,
+                x.queries,
+                ms,
+                mp,
+                bq,
+                bp
             );
         }
         s
     }
+
+    /// Attention quality and cost at each index's fewest-scanned 0.95 setting, medians over heads.
+    fn quality_table(&self, s: &mut String, k: usize) {
+        let _ = writeln!(s, "### recall@{k}: attention quality, latency and size at each head's fewest-scanned setting with recall ≥ 0.95 (medians over heads)\n");
+        let _ = writeln!(s, "| impl | index | variant | queries | mass_ratio | output_cosine | p50 µs | p99 µs | latency samples | bytes/key | build s |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+        let mut groups: BTreeMap<(String, String, String, String), Vec<&Row>> = BTreeMap::new();
+        for x in self.summary.iter().filter(|x| x.k == k && x.target == 0.95) {
+            let Some(best) = &x.min_scanned else { continue };
+            if let Some(r) = self.rows.iter().find(|r| {
+                r.k == k
+                    && r.implementation == x.implementation
+                    && r.index == x.index
+                    && r.variant == x.variant
+                    && r.layer == x.layer
+                    && r.head == x.head
+                    && r.queries == x.queries
+                    && r.params == best.params
+            }) {
+                groups
+                    .entry((
+                        x.implementation.clone(),
+                        x.index.clone(),
+                        x.variant.clone(),
+                        x.queries.clone(),
+                    ))
+                    .or_default()
+                    .push(r);
+            }
+        }
+        for ((imp, index, variant, queries), rs) in groups {
+            let med = |f: &dyn Fn(&Row) -> Option<f64>, p: usize| {
+                let mut v: Vec<f64> = rs.iter().filter_map(|r| f(r)).collect();
+                if v.is_empty() {
+                    "—".to_string()
+                } else {
+                    format!("{:.p$}", median(&mut v))
+                }
+            };
+            let samples = rs.iter().map(|r| r.latency_us.samples).min().unwrap_or(0);
+            let _ = writeln!(
+                s,
+                "| {imp} | {index} | {variant} | {queries} | {} | {} | {} | {} | {} | {} | {} |",
+                med(&|r| r.mass_ratio, 4),
+                med(&|r| r.output_cosine, 4),
+                med(&|r| Some(r.latency_us.p50), 1),
+                med(&|r| Some(r.latency_us.p99), 1),
+                samples,
+                med(&|r| r.bytes_per_key, 1),
+                med(&|r| r.build_s.get("total").and_then(|v| v.as_f64()), 2),
+            );
+        }
+        let _ = writeln!(s);
+    }
+}
+
+const MEDIAN_HEADER: &str = "| impl | index | variant | queries | heads reaching | median min scanned | max min scanned | median best QPS | median QPS / own flat | median QPS / faiss flat |";
+
+fn fmt_opt(v: Option<f64>, p: usize) -> String {
+    v.map_or("—".into(), |x| format!("{x:.p$}"))
 }
 
 fn write(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
+type GroupKey = (String, String, String, usize, usize, usize, String);
+
 fn summarize(rows: &[Row]) -> Vec<Summary> {
-    let mut groups: BTreeMap<(String, String, usize, usize, String), Vec<&Row>> = BTreeMap::new();
+    let mut groups: BTreeMap<GroupKey, Vec<&Row>> = BTreeMap::new();
     for r in rows {
         groups
             .entry((
+                r.implementation.clone(),
                 r.index.clone(),
                 r.variant.clone(),
+                r.k,
                 r.layer,
                 r.head,
                 r.queries.clone(),
@@ -184,7 +348,7 @@ fn summarize(rows: &[Row]) -> Vec<Summary> {
             .push(r);
     }
     let mut out = Vec::new();
-    for ((index, variant, layer, head, queries), rs) in groups {
+    for ((implementation, index, variant, k, layer, head, queries), rs) in groups {
         for &target in &TARGETS {
             let ok: Vec<&&Row> = rs.iter().filter(|r| r.recall >= target).collect();
             let best = |r: &Row| Best {
@@ -193,8 +357,10 @@ fn summarize(rows: &[Row]) -> Vec<Summary> {
                 scanned: r.scanned,
             };
             out.push(Summary {
+                implementation: implementation.clone(),
                 index: index.clone(),
                 variant: variant.clone(),
+                k,
                 layer,
                 head,
                 queries: queries.clone(),
@@ -203,9 +369,15 @@ fn summarize(rows: &[Row]) -> Vec<Summary> {
                     .iter()
                     .max_by(|a, b| a.qps.total_cmp(&b.qps))
                     .map(|r| best(r)),
+                // Peers that count no inner products have no scanned figure: fall back to the
+                // best-recall setting so that "reached" is still reported.
                 min_scanned: ok
                     .iter()
-                    .min_by(|a, b| a.scanned.total_cmp(&b.scanned))
+                    .min_by(|a, b| {
+                        a.scanned
+                            .unwrap_or(f64::INFINITY)
+                            .total_cmp(&b.scanned.unwrap_or(f64::INFINITY))
+                    })
                     .map(|r| best(r)),
             });
         }
@@ -213,39 +385,56 @@ fn summarize(rows: &[Row]) -> Vec<Summary> {
     out
 }
 
-/// Markdown rows: per (index, variant, queries), medians over heads at `target`.
-fn median_table(report: &BenchReport, target: f64) -> Vec<String> {
-    let flat_qps: BTreeMap<(usize, usize, String), f64> = report
-        .rows
+/// Markdown rows: per (impl, index, variant, queries), medians over heads at `target`.
+fn median_table(report: &BenchReport, k: usize, target: f64) -> Vec<String> {
+    let flat_of = |imp: &str| -> BTreeMap<(usize, usize, String), f64> {
+        report
+            .rows
+            .iter()
+            .filter(|r| r.index == "flat" && r.implementation == imp && r.k == k)
+            .map(|r| ((r.layer, r.head, r.queries.clone()), r.qps))
+            .collect()
+    };
+    let faiss = flat_of("faiss");
+    let mut groups: BTreeMap<(String, String, String, String), Vec<&Summary>> = BTreeMap::new();
+    for s in report
+        .summary
         .iter()
-        .filter(|r| r.index == "flat" && r.implementation == "qkindex")
-        .map(|r| ((r.layer, r.head, r.queries.clone()), r.qps))
-        .collect();
-    let mut groups: BTreeMap<(String, String, String), Vec<&Summary>> = BTreeMap::new();
-    for s in report.summary.iter().filter(|s| s.target == target) {
+        .filter(|s| s.target == target && s.k == k)
+    {
         groups
-            .entry((s.index.clone(), s.variant.clone(), s.queries.clone()))
+            .entry((
+                s.implementation.clone(),
+                s.index.clone(),
+                s.variant.clone(),
+                s.queries.clone(),
+            ))
             .or_default()
             .push(s);
     }
     let mut lines = Vec::new();
-    for ((index, variant, queries), ss) in groups {
+    for ((imp, index, variant, queries), ss) in groups {
+        let own = flat_of(&imp);
         let reached: Vec<&&Summary> = ss.iter().filter(|s| s.min_scanned.is_some()).collect();
         let mut scanned: Vec<f64> = reached
             .iter()
-            .filter_map(|s| s.min_scanned.as_ref().map(|b| b.scanned))
+            .filter_map(|s| s.min_scanned.as_ref().and_then(|b| b.scanned))
             .collect();
+        let max_scanned = scanned.iter().copied().fold(f64::NAN, f64::max);
         let mut qps: Vec<f64> = reached
             .iter()
             .filter_map(|s| s.best_qps.as_ref().map(|b| b.qps))
             .collect();
-        let mut ratio: Vec<f64> = reached
-            .iter()
-            .filter_map(|s| {
-                let f = flat_qps.get(&(s.layer, s.head, s.queries.clone()))?;
-                Some(s.best_qps.as_ref()?.qps / f)
-            })
-            .collect();
+        let ratio = |flat: &BTreeMap<(usize, usize, String), f64>| -> Vec<f64> {
+            reached
+                .iter()
+                .filter_map(|s| {
+                    let f = flat.get(&(s.layer, s.head, s.queries.clone()))?;
+                    Some(s.best_qps.as_ref()?.qps / f)
+                })
+                .collect()
+        };
+        let (mut own_r, mut faiss_r) = (ratio(&own), ratio(&faiss));
         let fmt = |v: &mut Vec<f64>, p: usize| {
             if v.is_empty() {
                 "—".to_string()
@@ -254,23 +443,31 @@ fn median_table(report: &BenchReport, target: f64) -> Vec<String> {
             }
         };
         lines.push(format!(
-            "| {index} | {variant} | {queries} | {}/{} | {} | {} | {} |",
+            "| {imp} | {index} | {variant} | {queries} | {}/{} | {} | {} | {} | {} | {} |",
             reached.len(),
             ss.len(),
             fmt(&mut scanned, 4),
+            if max_scanned.is_nan() {
+                "—".to_string()
+            } else {
+                format!("{max_scanned:.4}")
+            },
             fmt(&mut qps, 0),
-            fmt(&mut ratio, 2)
+            fmt(&mut own_r, 2),
+            fmt(&mut faiss_r, 2)
         ));
     }
     lines
 }
 
-/// Prints the median table for each target to stderr.
+/// Prints the median table for each k and target to stderr.
 pub fn print_summary(report: &BenchReport) {
-    for &t in &TARGETS {
-        eprintln!("\nrecall@{} >= {t}: index | variant | queries | heads reaching | median min scanned | median best QPS | median QPS/flat", report.k);
-        for line in median_table(report, t) {
-            eprintln!("{line}");
+    for k in report.ks() {
+        for &t in &TARGETS {
+            eprintln!("\nrecall@{k} >= {t}:\n{MEDIAN_HEADER}");
+            for line in median_table(report, k, t) {
+                eprintln!("{line}");
+            }
         }
     }
 }
@@ -299,6 +496,7 @@ pub fn percentiles(v: &mut [f64]) -> Latency {
     Latency {
         p50: at(0.50),
         p99: at(0.99),
+        samples: v.len(),
     }
 }
 

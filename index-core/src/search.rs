@@ -114,6 +114,10 @@ pub trait AnnIndex: Send + Sync {
     /// Dimension of keys and queries.
     fn dim(&self) -> usize;
 
+    /// Bytes of the index structure (graph, lists, centroids, copies of keys it owns), not
+    /// counting the shared [`crate::KeyStore`] it searches.
+    fn memory_bytes(&self) -> usize;
+
     /// Searches the `k` keys with the largest `query · key` and writes them into `out` (cleared
     /// first), best first. Reuses `scratch` and `out`; allocates nothing once they have grown.
     ///

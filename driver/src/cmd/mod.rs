@@ -5,3 +5,5 @@ pub mod dump;
 pub mod generate;
 pub mod model_args;
 pub mod ppl;
+pub mod report;
+pub mod scaling;

@@ -134,6 +134,10 @@ impl AnnIndex for AttentionIndex {
         self.keys.dim()
     }
 
+    fn memory_bytes(&self) -> usize {
+        self.graph.bytes() + std::mem::size_of_val(self.entries.as_slice())
+    }
+
     fn search_into(
         &self,
         query: &[f32],

@@ -41,6 +41,10 @@ impl AnnIndex for FlatIndex {
         self.keys.dim()
     }
 
+    fn memory_bytes(&self) -> usize {
+        0
+    }
+
     fn search_into(
         &self,
         query: &[f32],

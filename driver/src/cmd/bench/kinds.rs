@@ -38,7 +38,47 @@ pub struct Built {
     pub variant: String,
     /// Build phases in seconds (`total` at least).
     pub build_s: serde_json::Value,
-    pub sweep: Vec<SearchParams>,
+    pub sweep: Sweep,
+}
+
+/// The search settings a kind is measured at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sweep {
+    /// One setting (the exact scan).
+    Single,
+    /// `--ef` (given for k = 100, scaled by k / 100 for other k, never below k).
+    Ef,
+    /// `--nprobe`.
+    #[allow(dead_code)] // used by the IVF kind
+    Nprobe,
+}
+
+impl Sweep {
+    /// The settings at `k`.
+    pub fn params(self, args: &BenchArgs, k: usize) -> Vec<SearchParams> {
+        match self {
+            Sweep::Single => vec![SearchParams::default()],
+            Sweep::Ef => {
+                let mut efs: Vec<usize> = args
+                    .ef
+                    .iter()
+                    .map(|&ef| if k == 100 { ef } else { ef * k / 100 })
+                    .filter(|&ef| ef >= k)
+                    .collect();
+                if efs.is_empty() {
+                    efs.push(k);
+                }
+                efs.sort_unstable();
+                efs.dedup();
+                efs.into_iter().map(SearchParams::with_ef).collect()
+            }
+            Sweep::Nprobe => args
+                .nprobe
+                .iter()
+                .map(|&p| SearchParams::with_nprobe(p))
+                .collect(),
+        }
+    }
 }
 
 /// Expands `all` and checks every name.
@@ -68,7 +108,7 @@ pub fn build(kind: &str, input: &HeadInput<'_>, args: &BenchArgs) -> Result<Buil
             index_name: "flat".into(),
             variant: String::new(),
             build_s: serde_json::json!({"total": 0.0}),
-            sweep: vec![SearchParams::default()],
+            sweep: Sweep::Single,
         }),
         "attention" | "roargraph-recipe" | "key-graph" => {
             let params = attention_params(kind, args);
@@ -100,29 +140,11 @@ pub fn build(kind: &str, input: &HeadInput<'_>, args: &BenchArgs) -> Result<Buil
                     kind.to_string()
                 },
                 build_s,
-                sweep: ef_sweep(args),
+                sweep: Sweep::Ef,
             })
         }
         other => bail!("unknown index kind {other:?}"),
     }
-}
-
-/// `--ef` values usable at `--k` (`ef ≥ k`).
-pub fn ef_sweep(args: &BenchArgs) -> Vec<SearchParams> {
-    args.ef
-        .iter()
-        .filter(|&&ef| ef >= args.k)
-        .map(|&ef| SearchParams::with_ef(ef))
-        .collect()
-}
-
-/// `--nprobe` values.
-#[allow(dead_code)] // used by the IVF kind
-pub fn nprobe_sweep(args: &BenchArgs) -> Vec<SearchParams> {
-    args.nprobe
-        .iter()
-        .map(|&p| SearchParams::with_nprobe(p))
-        .collect()
 }
 
 fn attention_params(kind: &str, args: &BenchArgs) -> AttentionParams {

@@ -33,9 +33,9 @@ pub struct BenchArgs {
     /// roargraph-recipe, key-graph, flat, ...).
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub kinds: Vec<String>,
-    /// Neighbours per query.
-    #[arg(long, default_value_t = 100)]
-    pub k: usize,
+    /// Neighbours per query (recall@k); a list measures each (e.g. 10,100,1000).
+    #[arg(long, value_delimiter = ',', default_value = "100")]
+    pub k: Vec<usize>,
     /// Query sets: q2k (decode queries), k2k (decode or held-out keys as queries).
     #[arg(long, value_delimiter = ',', default_value = "q2k,k2k")]
     pub queries: Vec<String>,
@@ -53,9 +53,15 @@ pub struct BenchArgs {
         default_value = "1,2,4,6,8,12,16,24,32,48,64,96,128"
     )]
     pub nprobe: Vec<usize>,
-    /// Timed passes over each query set (QPS from the median pass).
+    /// Timed passes over each query set, at least (QPS from the median pass).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
+    /// More passes until at least this many single searches are timed (for p50/p99 latency).
+    #[arg(long, default_value_t = 1000)]
+    pub latency_samples: usize,
+    /// Scanned budget of the per-layer and Q→K/K→K gap plots (fraction of keys).
+    #[arg(long, default_value_t = 0.10)]
+    pub budget: f64,
     /// Seed (recorded; the builds are deterministic).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -132,6 +138,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.repeat == 0 {
         bail!("--repeat must be at least 1");
     }
+    if args.k.is_empty() || args.k.contains(&0) {
+        bail!("--k needs values of at least 1");
+    }
+    let k_max = args.k.iter().copied().max().unwrap_or(1);
     let kinds = kinds::expand(&args.kinds)?;
     for q in &args.queries {
         if q != "q2k" && q != "k2k" {
@@ -167,8 +177,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 d,
             )?);
             let n = keys.len();
-            if args.k > n {
-                bail!("--k {} is larger than the number of keys ({n})", args.k);
+            if k_max > n {
+                bail!("--k {k_max} is larger than the number of keys ({n})");
             }
             let train = training_queries(&q_all, h, kv, group, !args.no_pool, args.max_train);
             let flat = FlatIndex::new(keys.clone());
@@ -188,7 +198,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     &flat,
                     keys_f32,
                     d,
-                    args.k,
+                    k_max,
                 )?);
             }
             let input = kinds::HeadInput {
@@ -200,17 +210,20 @@ pub fn run(args: BenchArgs) -> Result<()> {
             };
             for kind in &kinds {
                 let built = kinds::build(kind, &input, &args)?;
-                for set in &sets {
-                    for params in &built.sweep {
-                        let mut row = measure(built.index.as_ref(), set, params, &args, values, d)?;
+                let bytes_per_key = built.index.memory_bytes() as f64 / n as f64;
+                for (&k, set) in args.k.iter().flat_map(|k| sets.iter().map(move |s| (k, s))) {
+                    for params in &built.sweep.params(&args, k) {
+                        let mut row =
+                            measure(built.index.as_ref(), set, params, k, &args, values, d)?;
+                        row.bytes_per_key = Some(bytes_per_key);
                         row.index = built.index_name.clone();
                         row.variant = built.variant.clone();
                         row.layer = layer;
                         row.head = h;
                         row.build_s = built.build_s.clone();
                         eprintln!(
-                            "  {:<10} {:<17} L{layer:02} h{h} {} {:<12} recall {:.4} scanned {:.4} qps {:>9.0}",
-                            row.index, row.variant, row.queries, report::params_str(&row.params), row.recall, row.scanned, row.qps
+                            "  {:<10} {:<17} L{layer:02} h{h} {} k={k:<4} {:<12} recall {:.4} scanned {:.4} qps {:>9.0}",
+                            row.index, row.variant, row.queries, report::params_str(&row.params), row.recall, row.scanned.unwrap_or(f64::NAN), row.qps
                         );
                         rows.push(row);
                     }
@@ -222,17 +235,19 @@ pub fn run(args: BenchArgs) -> Result<()> {
         ClockKind::Wall => "wall",
         ClockKind::ThreadCpu => "thread-cpu",
     };
-    let report = BenchReport::new(
+    let mut report = BenchReport::new(
         &args.dump,
-        args.k,
+        args.k[0],
         clock,
         rows,
         started.elapsed().as_secs_f64(),
     );
-    report.write(&args.out)?;
+    report.head_dim = Some(d);
+    report.n_keys = Some(m.n_prefill);
+    report.write(&args.out, args.budget)?;
     report::print_summary(&report);
     eprintln!(
-        "wrote {}/bench.json, bench.csv, report.md in {:.1}s",
+        "wrote {}/bench.json, bench.csv, report.md, plots/ in {:.1}s",
         args.out.display(),
         started.elapsed().as_secs_f64()
     );
@@ -296,10 +311,12 @@ fn exact_set(
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn measure(
     index: &dyn AnnIndex,
     set: &QuerySet,
     params: &SearchParams,
+    k: usize,
     args: &BenchArgs,
     values: Option<&[f32]>,
     d: usize,
@@ -307,14 +324,15 @@ fn measure(
     let nq = set.exact.len();
     let mut scratch = index.new_scratch();
     let mut outs: Vec<SearchOutput> = vec![SearchOutput::default(); nq];
-    let mut pass_times = Vec::with_capacity(args.repeat);
-    let mut latencies = Vec::with_capacity(args.repeat * nq);
+    let passes = args.repeat.max(args.latency_samples.div_ceil(nq.max(1)));
+    let mut pass_times = Vec::with_capacity(passes);
+    let mut latencies = Vec::with_capacity(passes * nq);
     let clock = Clock(args.clock);
-    for _ in 0..args.repeat {
+    for _ in 0..passes {
         let pass = clock.now();
         for (q, out) in set.queries.chunks_exact(d).zip(outs.iter_mut()) {
             let t = clock.now();
-            index.search_into(q, args.k, params, &mut scratch, out)?;
+            index.search_into(q, k, params, &mut scratch, out)?;
             latencies.push(clock.since(t) * 1e6);
         }
         pass_times.push(clock.since(pass));
@@ -322,9 +340,11 @@ fn measure(
     let n = index.len() as f64;
     let (mut recall, mut dc, mut mass_ratio, mut cosine) = (0.0, 0.0, 0.0, 0.0);
     for ((out, exact), w) in outs.iter().zip(&set.exact).zip(&set.weights) {
-        recall += eval::recall(&out.ids, &exact.ids);
+        // The exact lists hold the largest k of the run; their first k are the exact top-k.
+        let exact = &exact.ids[..k.min(exact.ids.len())];
+        recall += eval::recall(&out.ids, exact);
         dc += out.stats.distance_computations as f64;
-        mass_ratio += eval::mass(w, &out.ids) / eval::mass(w, &exact.ids);
+        mass_ratio += eval::mass(w, &out.ids) / eval::mass(w, exact);
         if let Some(v) = values {
             cosine += eval::output_cosine(w, &out.ids, v, d);
         }
@@ -334,17 +354,19 @@ fn measure(
         index: String::new(),
         variant: String::new(),
         implementation: "qkindex".into(),
+        k,
         layer: 0,
         head: 0,
         queries: set.name.into(),
         params: report::params_json(params),
         recall: recall / nqf,
-        scanned: dc / nqf / n,
-        distance_computations: dc / nqf,
+        scanned: Some(dc / nqf / n),
+        distance_computations: Some(dc / nqf),
         qps: nqf / report::median(&mut pass_times),
         latency_us: report::percentiles(&mut latencies),
         build_s: serde_json::Value::Null,
-        mass_ratio: mass_ratio / nqf,
+        bytes_per_key: None,
+        mass_ratio: Some(mass_ratio / nqf),
         output_cosine: values.map(|_| cosine / nqf),
     })
 }
