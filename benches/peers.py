@@ -15,6 +15,8 @@ Peer kinds (--kinds):
   faiss-flat   faiss.IndexFlatIP                                    index=flat  variant=""
   faiss-ivf    faiss.IndexIVFFlat(IndexFlatIP quantizer, METRIC_INNER_PRODUCT), nprobe sweep
                                                                     index=ivf   variant=""
+  faiss-hnsw   faiss.IndexHNSWFlat(d, M, METRIC_INNER_PRODUCT), efConstruction, efSearch sweep
+                                                                    index=hnsw  variant="ip"
   hnswlib-ip   hnswlib space 'ip', M=16, ef_construction=200, ef sweep
                                                                     index=hnsw  variant="ip"
   hnswlib-l2r  hnswlib space 'l2' on the MIPS->L2 reduction (keys get an extra coordinate
@@ -27,8 +29,16 @@ Latency p50/p99: single-query calls in a Python loop, all queries repeated until
 --latency-samples calls, in microseconds (includes the Python call overhead of a few us).
 
 distance_computations / scanned: exact for faiss (flat: n; IVF: nlist centroid products + the sizes
-of the probed inverted lists, from quantizer.search and invlists.list_size). hnswlib does not expose
+of the probed inverted lists, from quantizer.search and invlists.list_size; HNSW: faiss' own counter
+hnsw_stats.ndis, upper levels included, from one extra untimed batch call). hnswlib does not expose
 a counter, so both are null for hnswlib rows (never estimated).
+
+Both HNSW peers take --M and --ef-construction (defaults 16 and 200, the defaults of
+`qkindex bench --hnsw-m --ef-construction`): pass the same values to both programs.
+
+Packages: unless --no-venv is given, the script creates a virtual environment (--venv, default
+benches/.venv-peers), installs benches/requirements-peers.txt into it with pip (again only when
+that file changes), and re-runs itself with the environment's python.
 
 Summary mode (--summary FILE.json [FILE.json ...]) reads result files and prints, per query set,
 for every (impl, index, variant): per head the smallest scanned and the best QPS reaching each
@@ -36,20 +46,26 @@ target, and the per-head ratio of that QPS over the faiss-flat QPS of the same h
 (median and max over heads).
 """
 import argparse
+import hashlib
 import json
 import math
 import os
 import platform
+import subprocess
 import sys
 import time
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # the system python may lack numpy; main() re-runs in the venv first
+    np = None
 
 SCHEMA = "qkindex-bench/1"
-ALL_KINDS = ["faiss-flat", "faiss-ivf", "hnswlib-ip", "hnswlib-l2r"]
+ALL_KINDS = ["faiss-flat", "faiss-ivf", "faiss-hnsw", "hnswlib-ip", "hnswlib-l2r"]
 KIND_META = {  # kind -> (index, variant, impl)
     "faiss-flat": ("flat", "", "faiss"),
     "faiss-ivf": ("ivf", "", "faiss"),
+    "faiss-hnsw": ("hnsw", "ip", "faiss"),
     "hnswlib-ip": ("hnsw", "ip", "hnswlib"),
     "hnswlib-l2r": ("hnsw", "l2-reduction", "hnswlib"),
 }
@@ -240,6 +256,38 @@ class FaissIVF(Peer):
         return self.nlist + probed.sum(axis=1).astype(np.float64)
 
 
+class FaissHnsw(Peer):
+    """faiss IndexHNSWFlat with inner product (faiss builds HNSW on the raw inner product)."""
+    param_name = "ef"
+
+    def __init__(self, args):
+        import faiss
+        self.faiss = faiss
+        self.args = args
+
+    def build(self, K):
+        idx = self.faiss.IndexHNSWFlat(K.shape[1], self.args.M, self.faiss.METRIC_INNER_PRODUCT)
+        idx.hnsw.efConstruction = self.args.ef_construction
+        idx.add(K)
+        self.index = idx
+
+    def params(self, args):
+        return list(args.ef)
+
+    def configure(self, p):
+        self.index.hnsw.efSearch = p
+
+    def search(self, Q, k):
+        return self.index.search(Q, k)[1]
+
+    def dcs(self, Q, k):
+        """faiss' distance counter over one untimed batch call (upper levels included)."""
+        stats = self.faiss.cvar.hnsw_stats
+        stats.reset()
+        self.index.search(Q, k)
+        return np.full(len(Q), stats.ndis / len(Q))
+
+
 class Hnsw(Peer):
     param_name = "ef"
 
@@ -293,6 +341,8 @@ def make_peers(kind, args):
 
 
 def make_peer(kind, args):
+    if kind == "faiss-hnsw":
+        return FaissHnsw(args)
     if kind == "hnswlib-ip":
         return Hnsw(args, l2r=False)
     if kind == "hnswlib-l2r":
@@ -301,13 +351,18 @@ def make_peer(kind, args):
 
 
 # ----------------------------------------------------------------------------- timing
+# Clock of QPS and latencies (--clock): wall time, or CPU time of the calling thread (steadier on a
+# shared machine; valid because every peer search runs on the calling thread with one thread).
+CLOCK = time.perf_counter
+
+
 def time_batch(fn, repeat):
     ts = []
     out = None
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         out = fn()
-        ts.append(time.perf_counter() - t0)
+        ts.append(CLOCK() - t0)
     return out, float(np.median(ts))
 
 
@@ -322,7 +377,7 @@ def time_single(peer, Q, k, min_samples):
     rounds = max(1, -(-min_samples // nq))
     lat = np.empty(rounds * nq)
     j = 0
-    pc = time.perf_counter
+    pc = CLOCK
     for _ in range(rounds):
         for i in range(nq):
             t0 = pc()
@@ -439,6 +494,8 @@ def summarize_files(paths, target, queries_sets):
 
 # ----------------------------------------------------------------------------- main benchmark
 def run(args):
+    global CLOCK
+    CLOCK = time.thread_time if args.clock == "thread-cpu" else time.perf_counter
     import faiss
     faiss.omp_set_num_threads(1)
     dump = Dump(args.dump)
@@ -521,6 +578,7 @@ def run(args):
                       "ef": args.ef, "nprobe": args.nprobe, "nlist": args.nlist, "ivf_iters": args.ivf_iters,
                       "M": args.M, "ef_construction": args.ef_construction, "repeat": args.repeat,
                       "latency_samples": args.latency_samples, "seed": args.seed, "threads": 1,
+                      "clock": args.clock,
                       "faiss": faiss.__version__, "numpy": np.__version__,
                       "python": platform.python_version()},
            "rows": rows, "summary": summary}
@@ -531,7 +589,48 @@ def run(args):
         print("\n# wrote %s (%d rows) in %.0fs" % (args.out, len(rows), time.time() - t_start))
 
 
+VENV_MARK = "QKINDEX_PEERS_VENV"
+
+
+def ensure_venv(argv):
+    """Re-runs this script inside a virtual environment holding benches/requirements-peers.txt.
+
+    The environment is created on first use and pip runs again only when the requirements file
+    changes (its sha256 is kept in the environment). --no-venv skips all of this.
+    """
+    if "--no-venv" in argv or os.environ.get(VENV_MARK) == "1":
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    venv = os.path.join(here, ".venv-peers")
+    for i, a in enumerate(argv):
+        if a == "--venv" and i + 1 < len(argv):
+            venv = argv[i + 1]
+        elif a.startswith("--venv="):
+            venv = a.split("=", 1)[1]
+    venv = os.path.abspath(venv)
+    req = os.path.join(here, "requirements-peers.txt")
+    py = os.path.join(venv, "bin", "python")
+    with open(req, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    stamp = os.path.join(venv, ".requirements-peers.sha256")
+    if not os.path.exists(py):
+        print("# creating virtual environment %s" % venv, file=sys.stderr, flush=True)
+        subprocess.check_call([sys.executable, "-m", "venv", venv])
+    have = open(stamp).read().strip() if os.path.exists(stamp) else ""
+    if have != digest:
+        print("# installing %s into %s" % (req, venv), file=sys.stderr, flush=True)
+        subprocess.check_call([py, "-m", "pip", "install", "--quiet", "-r", req])
+        with open(stamp, "w") as f:
+            f.write(digest + "\n")
+    env = dict(os.environ)
+    env[VENV_MARK] = "1"
+    os.execve(py, [py, os.path.abspath(__file__)] + argv, env)
+
+
 def main():
+    ensure_venv(sys.argv[1:])
+    if np is None:
+        die("numpy is not installed (run without --no-venv to install the requirements)")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dump", help="dump directory (manifest.json + layerLL.{k,qdec,kdec}.npy)")
     ap.add_argument("--layers", type=int_list, default=None, help="model layer numbers (default: all in the dump)")
@@ -540,19 +639,29 @@ def main():
                     help="comma list of %s (default faiss-flat,faiss-ivf,hnswlib-l2r)" % ",".join(ALL_KINDS))
     ap.add_argument("--k", type=int, default=100, help="neighbours per query (default 100)")
     ap.add_argument("--queries", type=str_list, default=["q2k", "k2k"], help="q2k,k2k (default both)")
-    ap.add_argument("--ef", type=int_list, default=int_list(DEFAULT_EF), help="hnswlib ef sweep (default %s)" % DEFAULT_EF)
+    ap.add_argument("--ef", type=int_list, default=int_list(DEFAULT_EF),
+                    help="hnswlib / faiss-hnsw ef sweep (default %s)" % DEFAULT_EF)
     ap.add_argument("--nprobe", type=int_list, default=int_list(DEFAULT_NPROBE),
                     help="faiss IVF nprobe sweep, values > nlist dropped (default %s)" % DEFAULT_NPROBE)
     ap.add_argument("--nlist", type=int_list, default=None,
                     help="faiss IVF list counts, comma list: one IVF index per value (default round(4*sqrt(n)))")
     ap.add_argument("--ivf-iters", type=int, default=10, help="faiss IVF k-means iterations (default 10, faiss' default)")
-    ap.add_argument("--M", type=int, default=16, help="hnswlib M (default 16)")
-    ap.add_argument("--ef-construction", type=int, default=200, help="hnswlib ef_construction (default 200)")
+    ap.add_argument("--M", type=int, default=16,
+                    help="HNSW M of hnswlib and faiss-hnsw (default 16, as qkindex bench --hnsw-m)")
+    ap.add_argument("--ef-construction", type=int, default=200,
+                    help="HNSW ef_construction of hnswlib and faiss-hnsw (default 200, as qkindex bench --ef-construction)")
     ap.add_argument("--repeat", type=int, default=3, help="batch-call repetitions; QPS uses the median (default 3)")
     ap.add_argument("--latency-samples", type=int, default=1000,
                     help="minimum single-query calls for p50/p99 (default 1000)")
     ap.add_argument("--seed", type=int, default=0, help="seed for k-means and HNSW levels (default 0)")
     ap.add_argument("--out", help="write the qkindex-bench/1 JSON here")
+    ap.add_argument("--clock", choices=["wall", "thread-cpu"], default="wall",
+                    help="clock of QPS and latencies, as qkindex bench --clock: wall (default) or thread-cpu "
+                         "(CPU time of the searching thread; time spent descheduled does not count)")
+    ap.add_argument("--venv", default=None,
+                    help="virtual environment to install the requirements into and run in (default benches/.venv-peers)")
+    ap.add_argument("--no-venv", action="store_true",
+                    help="run with the current python and its packages (no virtual environment, no pip)")
     ap.add_argument("--summary", nargs="+", metavar="FILE.json",
                     help="summary mode: read result files (no benchmark run) and print per-head medians")
     ap.add_argument("--target", type=float, default=0.95, help="summary mode recall target (default 0.95)")

@@ -32,6 +32,12 @@ enum Command {
     Ppl(cmd::ppl::PplArgs),
     /// Run a prompt and greedy decode steps; write q/k/v of chosen layers as a dump (DESIGN.md §4).
     Dump(cmd::dump::DumpArgs),
+    /// Build indexes from a dump and write them as a bundle (keys once per KV head).
+    Build(cmd::build::BuildArgs),
+    /// Show the header, sections and parameters of an index file, key file or bundle.
+    Inspect(cmd::inspect::InspectArgs),
+    /// Fully check an index file, key file or bundle; non-zero exit with the reason on a fault.
+    Verify(cmd::verify::VerifyArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -43,5 +49,8 @@ fn main() -> anyhow::Result<()> {
         Command::Generate(args) => cmd::generate::run(args),
         Command::Ppl(args) => cmd::ppl::run(args),
         Command::Dump(args) => cmd::dump::run(args),
+        Command::Build(args) => cmd::build::run(args),
+        Command::Inspect(args) => cmd::inspect::run(args),
+        Command::Verify(args) => cmd::verify::run(args),
     }
 }

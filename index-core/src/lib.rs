@@ -13,7 +13,11 @@
 //! | [`cancel`] | cooperative cancellation of long builds |
 //! | [`graph`] | CSR adjacency and beam search |
 //! | [`attention`] | [`AttentionIndex`], the query-aware projected graph |
+//! | [`hnsw`] | [`HnswIndex`], HNSW (inner product or the MIPS→L2 reduction) |
+//! | [`ivf`] | [`IvfIndex`], the inverted-file baseline (k-means lists) |
+//! | [`vamana`] | [`VamanaIndex`], DiskANN's graph and OOD-DiskANN's RobustStitch |
 //! | [`flat`] | [`FlatIndex`], the exact scan |
+//! | [`io`] | versioned, checksummed, memory-mapped index files and bundles |
 //! | [`eval`] | recall and attention-mass metrics |
 //! | [`dump`], [`npy`] | the dump layout of Q/K/V tensors |
 //! | [`synth`] | a small synthetic OOD generator for tests |
@@ -42,6 +46,9 @@ pub mod error;
 pub mod eval;
 pub mod flat;
 pub mod graph;
+pub mod hnsw;
+pub mod io;
+pub mod ivf;
 pub mod knn;
 pub mod metric;
 pub mod npy;
@@ -49,12 +56,16 @@ pub mod scratch;
 pub mod search;
 pub mod store;
 pub mod synth;
+pub mod vamana;
 
 pub use attention::{AttentionIndex, AttentionParams};
 pub use cancel::Cancel;
 pub use error::{Error, Result};
 pub use flat::FlatIndex;
+pub use hnsw::{HnswIndex, HnswParams};
+pub use ivf::{IvfIndex, IvfParams};
 pub use knn::{CpuKnn, KnnBackend, KnnOptions, KnnResult};
 pub use scratch::Scratch;
 pub use search::{search_batch, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};
 pub use store::{Dtype, KeyStore};
+pub use vamana::{VamanaIndex, VamanaParams};

@@ -80,6 +80,29 @@ impl VisitedSet {
         out.truncate(start + len);
     }
 
+    /// [`VisitedSet::filter_new`] that also drops ids `≥ n` (`n ≤` the `n` of the last
+    /// [`VisitedSet::reset`]), so a search over a graph read from an unverified file never
+    /// touches a row that does not exist.
+    #[inline(always)]
+    pub fn filter_new_below(&mut self, ids: &[u32], n: u32, out: &mut Vec<u32>) {
+        let epoch = self.epoch;
+        let tags = self.tags.as_mut_slice();
+        let start = out.len();
+        out.resize(start + ids.len(), 0);
+        let buf = &mut out[start..];
+        let mut len = 0;
+        for &id in ids {
+            if id >= n {
+                continue;
+            }
+            let t = &mut tags[id as usize];
+            buf[len] = id;
+            len += usize::from(*t != epoch);
+            *t = epoch;
+        }
+        out.truncate(start + len);
+    }
+
     /// True when `id` is marked in this search.
     #[inline]
     pub fn contains(&self, id: u32) -> bool {

@@ -6,8 +6,9 @@ use qkindex::metric::scalar::dot_f64;
 use qkindex::search::SearchOutput;
 use qkindex::synth::{ood, SynthData};
 use qkindex::{
-    search_batch, AnnIndex, AttentionIndex, AttentionParams, CpuKnn, Error, FlatIndex, IndexKind,
-    KeyStore, Scratch, SearchParams,
+    search_batch, AnnIndex, AttentionIndex, AttentionParams, CpuKnn, Error, FlatIndex, HnswIndex,
+    HnswParams, IndexKind, IvfIndex, IvfParams, KeyStore, Scratch, SearchParams, VamanaIndex,
+    VamanaParams,
 };
 use std::sync::{Arc, OnceLock};
 
@@ -18,12 +19,77 @@ const K: usize = 10;
 /// Measured mean recall@10 at ef = 64 on `ood(2000, 50, 32, 42)`: default 1.000, RoarGraph
 /// recipe 0.938 (seeds 1, 2, 3, 77, 1234: default ≥ 0.994, recipe 0.910–0.996).
 const EF: usize = 64;
+/// `nprobe` of the IVF recall check (of round(4·√2000) = 179 lists).
+const NPROBE: usize = 16;
+// Bars below the measured mean recall@10 on `ood(2000, 50, 32, 42)` (builds are seeded and
+// deterministic): IVF (spherical, the default) at nprobe 16: Q→K 0.578 (f16 keys 0.584), K→K
+// 0.850; IVF with plain inner-product centroids Q→K 0.472; Vamana at ef 64: Q→K 0.928 (f16
+// 0.930), K→K 1.000; RobustVamana Q→K 1.000, K→K 1.000. IVF's low Q→K recall is the
+// out-of-distribution effect the baselines exist to show.
+const MIN_IVF_Q2K: f64 = 0.50;
+const MIN_IVF_K2K: f64 = 0.80;
+const MIN_IVF_IP_Q2K: f64 = 0.40;
+const MIN_VAMANA_Q2K: f64 = 0.88;
+const MIN_VAMANA_K2K: f64 = 0.95;
+const MIN_ROBUST_Q2K: f64 = 0.95;
+
+/// How a kind's search budget is set, and what it may compute beyond the keys.
+#[derive(Clone, Copy, Debug)]
+enum Budget {
+    /// Graph kinds and flat: `ef`; at most `n` distance computations.
+    Ef,
+    /// IVF: `nprobe`; up to `nlist` centroid products on top of the keys (the documented
+    /// per-kind overhead), no hops.
+    Nprobe { nlist: usize },
+    /// HNSW: `ef`, plus the upper levels' inner products (`overhead`, documented per index);
+    /// `exact` is false for inner-product HNSW, which can strand keys and so is exempt from
+    /// exactness at a full budget.
+    Hnsw { overhead: u64, exact: bool },
+}
+
+impl Budget {
+    /// The budget of the recall check.
+    fn typical(self) -> SearchParams {
+        match self {
+            Budget::Ef | Budget::Hnsw { .. } => SearchParams::with_ef(EF),
+            Budget::Nprobe { .. } => SearchParams::with_nprobe(NPROBE),
+        }
+    }
+
+    /// Budgets that cover every key (exact results), including one beyond the maximum; none
+    /// for a kind exempt from exactness.
+    fn full(self, n: usize) -> Vec<SearchParams> {
+        match self {
+            Budget::Hnsw { exact: false, .. } => vec![],
+            Budget::Ef | Budget::Hnsw { .. } => {
+                vec![SearchParams::with_ef(n), SearchParams::with_ef(n + 7)]
+            }
+            Budget::Nprobe { nlist } => vec![
+                SearchParams::with_nprobe(nlist),
+                SearchParams::with_nprobe(nlist + 7),
+            ],
+        }
+    }
+
+    fn overhead(self) -> u64 {
+        match self {
+            Budget::Ef => 0,
+            Budget::Nprobe { nlist } => nlist as u64,
+            Budget::Hnsw { overhead, .. } => overhead,
+        }
+    }
+}
 
 struct Fixture {
     data: SynthData,
     flat: FlatIndex,
     attention: AttentionIndex,
     roargraph: AttentionIndex,
+    ivf: IvfIndex,
+    vamana: VamanaIndex,
+    robust: VamanaIndex,
+    hnsw: HnswIndex,
+    hnsw_ip: HnswIndex,
 }
 
 fn fixture() -> &'static Fixture {
@@ -45,10 +111,28 @@ fn fixture() -> &'static Fixture {
             &CpuKnn,
         )
         .expect("build roargraph recipe");
+        let ivf = IvfIndex::build(&keys, &IvfParams::default()).expect("build ivf");
+        let vamana = VamanaIndex::build(keys.clone(), None, &VamanaParams::default(), &CpuKnn)
+            .expect("build vamana");
+        let robust = VamanaIndex::build(
+            keys.clone(),
+            Some(&data.train_queries),
+            &VamanaParams::robust(),
+            &CpuKnn,
+        )
+        .expect("build robust vamana");
+        let hnsw = HnswIndex::build(keys.clone(), &HnswParams::default()).expect("build hnsw");
+        let hnsw_ip =
+            HnswIndex::build(keys.clone(), &HnswParams::inner_product()).expect("build hnsw ip");
         Fixture {
             flat: FlatIndex::new(keys),
             attention,
             roargraph,
+            ivf,
+            vamana,
+            robust,
+            hnsw,
+            hnsw_ip,
             data,
         }
     })
@@ -89,9 +173,23 @@ fn check_output(out: &SearchOutput, q: &[f32], keys: &[f32], dim: usize, k: usiz
     }
 }
 
-/// The shared suite. Returns the measured mean recall@K at `ef = EF`.
+/// The shared suite with the `ef` budget (graph kinds and flat).
 fn conformance(
     index: &dyn AnnIndex,
+    keys: &[f32],
+    dim: usize,
+    queries: &[f32],
+    name: &str,
+    min_recall: f64,
+) -> f64 {
+    conformance_with(index, Budget::Ef, keys, dim, queries, name, min_recall)
+}
+
+/// The shared suite. Returns the measured mean recall@K at the budget's typical setting
+/// (`ef = EF`, `nprobe = NPROBE`).
+fn conformance_with(
+    index: &dyn AnnIndex,
+    budget: Budget,
     keys: &[f32],
     dim: usize,
     queries: &[f32],
@@ -110,89 +208,101 @@ fn conformance(
     let mut scratch = index.new_scratch();
     let mut flat_scratch = flat.new_scratch();
     let none = SearchParams::default();
+    let typical = budget.typical();
+    let max_dc = n as u64 + budget.overhead();
+    let is_ivf = matches!(budget, Budget::Nprobe { .. });
 
-    // Recall@K at EF, sorted exact scores, stats bounds.
+    // Recall@K at the typical budget, sorted exact scores, stats bounds.
     let mut recall_sum = 0.0;
     for i in 0..m {
         let q = query(queries, dim, i);
         let exact = flat
             .search(q, K, &none, &mut flat_scratch)
             .expect("flat search");
-        let got = index
-            .search(q, K, &SearchParams::with_ef(EF), &mut scratch)
-            .expect("search");
-        check_output(&got, q, keys, dim, K, &format!("{name} q{i} ef{EF}"));
+        let got = index.search(q, K, &typical, &mut scratch).expect("search");
+        check_output(&got, q, keys, dim, K, &format!("{name} q{i} {typical:?}"));
         let dc = got.stats.distance_computations;
         assert!(dc > 0, "{name} q{i}: no distance computations");
         assert!(
-            dc <= n as u64,
-            "{name} q{i}: {dc} distance computations > n = {n}"
+            dc <= max_dc,
+            "{name} q{i}: {dc} distance computations > n + overhead = {max_dc}"
         );
         if is_flat {
             assert_eq!(dc, n as u64, "{name}: flat scans every key");
             assert_eq!(got.stats.hops, 0, "{name}: flat has no hops");
+        } else if is_ivf {
+            assert_eq!(got.stats.hops, 0, "{name}: IVF has no hops");
         } else {
             assert!(got.stats.hops > 0, "{name} q{i}: no hops");
         }
         recall_sum += qkindex::eval::recall(&got.ids, &exact.ids);
     }
     let recall = recall_sum / m as f64;
-    eprintln!("{name}: mean recall@{K} at ef={EF} = {recall:.4}");
+    eprintln!("{name}: mean recall@{K} at {typical:?} = {recall:.4}");
     assert!(
         recall >= min_recall,
         "{name}: recall@{K} {recall:.4} below {min_recall}"
     );
 
-    // ef = n (and beyond n): exact results, identical scores.
-    for ef in [n, n + 7] {
+    // A budget covering every key (ef = n, nprobe = nlist, and beyond): exact results,
+    // identical scores.
+    for full in budget.full(n) {
         for i in 0..m.min(20) {
             let q = query(queries, dim, i);
             for k in [1, K, 100.min(n)] {
                 let exact = flat.search(q, k, &none, &mut flat_scratch).expect("flat");
                 let got = index
-                    .search(q, k, &SearchParams::with_ef(ef), &mut scratch)
-                    .expect("search ef=n");
-                check_output(&got, q, keys, dim, k, &format!("{name} q{i} ef{ef} k{k}"));
+                    .search(q, k, &full, &mut scratch)
+                    .expect("full budget");
+                check_output(&got, q, keys, dim, k, &format!("{name} q{i} {full:?} k{k}"));
                 assert_eq!(
                     qkindex::eval::recall(&got.ids, &exact.ids),
                     1.0,
-                    "{name} q{i} k{k}: not exact at ef={ef}"
+                    "{name} q{i} k{k}: not exact at {full:?}"
                 );
                 assert_eq!(got.scores, exact.scores, "{name} q{i} k{k}: scores");
-                assert!(got.stats.distance_computations <= n as u64);
+                assert!(got.stats.distance_computations <= max_dc);
             }
         }
     }
 
-    // k = n with the default ef returns every key once.
-    let all = index
-        .search(query(queries, dim, 0), n, &none, &mut scratch)
-        .expect("k = n");
-    check_output(
-        &all,
-        query(queries, dim, 0),
-        keys,
-        dim,
-        n,
-        &format!("{name} k=n"),
-    );
+    // k = n with the default ef (or a full nprobe) returns every key once (kinds exempt from
+    // exactness may miss stranded keys).
+    if !budget.full(n).is_empty() {
+        let all_params = if is_ivf {
+            budget.full(n)[0].clone()
+        } else {
+            none.clone()
+        };
+        let all = index
+            .search(query(queries, dim, 0), n, &all_params, &mut scratch)
+            .expect("k = n");
+        check_output(
+            &all,
+            query(queries, dim, 0),
+            keys,
+            dim,
+            n,
+            &format!("{name} k=n"),
+        );
+    }
 
     // search_into into a reused output equals search.
     let mut out = SearchOutput::default();
     for i in 0..m.min(10) {
         let q = query(queries, dim, i);
         index
-            .search_into(q, K, &SearchParams::with_ef(EF), &mut scratch, &mut out)
+            .search_into(q, K, &typical, &mut scratch, &mut out)
             .expect("search_into");
         let fresh = index
-            .search(q, K, &SearchParams::with_ef(EF), &mut index.new_scratch())
+            .search(q, K, &typical, &mut index.new_scratch())
             .expect("search");
         assert_eq!(out, fresh, "{name} q{i}: search_into vs search");
     }
 
     // Typed errors.
     let q = query(queries, dim, 0);
-    let p = SearchParams::with_ef(EF);
+    let p = typical.clone();
     let err = |r: qkindex::Result<SearchOutput>| r.expect_err("expected an error");
     assert!(
         matches!(
@@ -230,7 +340,15 @@ fn conformance(
             "{name}: k = {k}"
         );
     }
-    if !is_flat {
+    if is_ivf {
+        assert!(
+            matches!(
+                err(index.search(q, K, &SearchParams::with_nprobe(0), &mut scratch)),
+                Error::InvalidParam { name: "nprobe", .. }
+            ),
+            "{name}: nprobe = 0"
+        );
+    } else if !is_flat {
         assert!(
             matches!(
                 err(index.search(q, K, &SearchParams::with_ef(K - 1), &mut scratch)),
@@ -318,6 +436,125 @@ fn attention_on_heldout_keys_and_train_queries_conforms() {
     );
 }
 
+fn ivf_budget() -> Budget {
+    Budget::Nprobe {
+        nlist: fixture().ivf.nlist(),
+    }
+}
+
+#[test]
+fn ivf_conforms() {
+    let f = fixture();
+    assert_eq!(f.ivf.nlist(), 179, "round(4·√2000)");
+    let d = &f.data;
+    conformance_with(
+        &f.ivf,
+        ivf_budget(),
+        &d.keys,
+        DIM,
+        &d.test_queries,
+        "ivf q2k",
+        MIN_IVF_Q2K,
+    );
+    conformance_with(
+        &f.ivf,
+        ivf_budget(),
+        &d.keys,
+        DIM,
+        &d.heldout_keys,
+        "ivf k2k",
+        MIN_IVF_K2K,
+    );
+}
+
+#[test]
+fn ivf_inner_product_centroids_conform() {
+    let f = fixture();
+    let keys = KeyStore::from_f32(f.data.keys.clone(), DIM).expect("keys");
+    let ivf = IvfIndex::build(
+        &keys,
+        &IvfParams {
+            assignment: qkindex::ivf::Assignment::InnerProduct,
+            ..Default::default()
+        },
+    )
+    .expect("spherical build");
+    let budget = Budget::Nprobe { nlist: ivf.nlist() };
+    let d = &f.data;
+    conformance_with(
+        &ivf,
+        budget,
+        &d.keys,
+        DIM,
+        &d.test_queries,
+        "ivf(ip centroids) q2k",
+        MIN_IVF_IP_Q2K,
+    );
+}
+
+#[test]
+fn vamana_conforms() {
+    let f = fixture();
+    let d = &f.data;
+    conformance(
+        &f.vamana,
+        &d.keys,
+        DIM,
+        &d.test_queries,
+        "vamana q2k",
+        MIN_VAMANA_Q2K,
+    );
+    conformance(
+        &f.vamana,
+        &d.keys,
+        DIM,
+        &d.heldout_keys,
+        "vamana k2k",
+        MIN_VAMANA_K2K,
+    );
+}
+
+#[test]
+fn robust_vamana_conforms() {
+    let f = fixture();
+    let d = &f.data;
+    assert!(f.robust.build_stats().stitched_edges > 0);
+    conformance(
+        &f.robust,
+        &d.keys,
+        DIM,
+        &d.test_queries,
+        "robust-vamana q2k",
+        MIN_ROBUST_Q2K,
+    );
+    conformance(
+        &f.robust,
+        &d.keys,
+        DIM,
+        &d.heldout_keys,
+        "robust-vamana k2k",
+        MIN_VAMANA_K2K,
+    );
+}
+
+#[test]
+fn ivf_and_vamana_builds_stop_when_cancelled() {
+    let data = ood(500, 20, 16, 5);
+    let keys = Arc::new(KeyStore::from_f32(data.keys.clone(), 16).expect("keys"));
+    let cancel = qkindex::Cancel::new();
+    cancel.cancel();
+    let ivf = IvfIndex::build_with(&keys, &IvfParams::default(), &cancel);
+    assert!(matches!(ivf, Err(Error::Cancelled { .. })), "{ivf:?}");
+    let v = VamanaIndex::build_with(
+        keys,
+        Some(&data.train_queries),
+        &VamanaParams::robust(),
+        &CpuKnn,
+        &cancel,
+    );
+    assert!(matches!(v, Err(Error::Cancelled { .. })), "{v:?}");
+}
+
 #[test]
 fn seeds_are_used_and_out_of_range_seeds_ignored() {
     let f = fixture();
@@ -348,6 +585,11 @@ fn search_batch_equals_individual_searches() {
         &f.attention,
         &f.flat,
         &f.roargraph,
+        &f.ivf,
+        &f.vamana,
+        &f.robust,
+        &f.hnsw,
+        &f.hnsw_ip,
     ];
     let queries: Vec<&[f32]> = (0..indexes.len())
         .map(|i| query(&f.data.test_queries, DIM, i))
@@ -504,12 +746,43 @@ fn f16_keys_conform() {
         "attention(f16)",
         0.95,
     );
+    let f16_keys = flat.keys().clone();
+    let ivf = IvfIndex::build(&f16_keys, &IvfParams::default()).expect("f16 ivf");
+    let budget = Budget::Nprobe { nlist: ivf.nlist() };
+    conformance_with(
+        &ivf,
+        budget,
+        &exact,
+        DIM,
+        &f.data.test_queries,
+        "ivf(f16)",
+        MIN_IVF_Q2K,
+    );
+    let vamana =
+        VamanaIndex::build(f16_keys, None, &VamanaParams::default(), &CpuKnn).expect("f16 vamana");
+    conformance(
+        &vamana,
+        &exact,
+        DIM,
+        &f.data.test_queries,
+        "vamana(f16)",
+        MIN_VAMANA_Q2K,
+    );
 }
 
 #[test]
 fn concurrent_searches_on_a_shared_index_match_sequential_ones() {
     let f = fixture();
-    let indexes: [&dyn AnnIndex; 3] = [&f.flat, &f.attention, &f.roargraph];
+    let indexes: [&dyn AnnIndex; 8] = [
+        &f.flat,
+        &f.attention,
+        &f.roargraph,
+        &f.ivf,
+        &f.vamana,
+        &f.robust,
+        &f.hnsw,
+        &f.hnsw_ip,
+    ];
     let p = SearchParams::with_ef(EF);
     let sequential: Vec<Vec<SearchOutput>> = indexes
         .iter()
@@ -558,4 +831,104 @@ fn a_cancelled_build_stops_with_a_typed_error() {
         &cancel,
     );
     assert!(matches!(r, Err(Error::Cancelled { .. })), "{r:?}");
+}
+
+// HNSW (M = 16, ef_construction = 200, seed 100) on the fixture, measured mean recall@10 at
+// ef = 64: L2 reduction q2k 0.922, k2k 1.000 (f16 keys: q2k 0.920); inner product q2k 0.930,
+// k2k 1.000, with 82 of 2000 keys stranded (no incoming level-0 edge) and unreachable.
+fn hnsw_budget(index: &HnswIndex) -> Budget {
+    Budget::Hnsw {
+        overhead: index.search_overhead(),
+        exact: index.params().l2_reduction,
+    }
+}
+
+#[test]
+fn hnsw_l2_reduced_conforms() {
+    let f = fixture();
+    assert_eq!(f.hnsw.build_stats().unreachable, 0, "every key reachable");
+    let budget = hnsw_budget(&f.hnsw);
+    for (queries, name, bar) in [
+        (&f.data.test_queries, "hnsw(l2 reduction, q2k)", 0.85),
+        (&f.data.heldout_keys, "hnsw(l2 reduction, k2k)", 0.95),
+    ] {
+        conformance_with(&f.hnsw, budget, &f.data.keys, DIM, queries, name, bar);
+    }
+}
+
+#[test]
+fn hnsw_inner_product_conforms_except_exactness() {
+    let f = fixture();
+    let s = f.hnsw_ip.build_stats();
+    eprintln!(
+        "hnsw(ip): {} stranded, {} unreachable of {N}",
+        s.stranded, s.unreachable
+    );
+    let budget = hnsw_budget(&f.hnsw_ip);
+    assert!(budget.full(N).is_empty());
+    for (queries, name, bar) in [
+        (&f.data.test_queries, "hnsw(ip, q2k)", 0.85),
+        (&f.data.heldout_keys, "hnsw(ip, k2k)", 0.95),
+    ] {
+        conformance_with(&f.hnsw_ip, budget, &f.data.keys, DIM, queries, name, bar);
+    }
+}
+
+#[test]
+fn hnsw_f16_keys_conform() {
+    let f = fixture();
+    let h: Vec<half::f16> = f
+        .data
+        .keys
+        .iter()
+        .map(|&x| half::f16::from_f32(x))
+        .collect();
+    let exact: Vec<f32> = h.iter().map(|x| x.to_f32()).collect();
+    let keys = Arc::new(KeyStore::from_f16(h, DIM).expect("f16 keys"));
+    let index = HnswIndex::build(keys, &HnswParams::default()).expect("f16 build");
+    conformance_with(
+        &index,
+        hnsw_budget(&index),
+        &exact,
+        DIM,
+        &f.data.test_queries,
+        "hnsw(f16)",
+        0.85,
+    );
+}
+
+#[test]
+fn hnsw_bad_params_are_typed_errors() {
+    let f = fixture();
+    let keys = f.flat.keys().clone();
+    for (p, name) in [
+        (
+            HnswParams {
+                m: 1,
+                ..Default::default()
+            },
+            "m",
+        ),
+        (
+            HnswParams {
+                ef_construction: 0,
+                ..Default::default()
+            },
+            "ef_construction",
+        ),
+        (
+            HnswParams {
+                default_ef: 0,
+                ..Default::default()
+            },
+            "default_ef",
+        ),
+    ] {
+        let r = HnswIndex::build(keys.clone(), &p);
+        assert!(
+            matches!(&r, Err(Error::InvalidParam { name: got, .. }) if *got == name),
+            "{name}: {:?}",
+            r.err()
+        );
+    }
 }

@@ -4,6 +4,8 @@ mod search;
 
 pub use search::beam_search;
 
+use crate::io::Buf;
+
 /// Read access to out-neighbours, so that searches run on the final CSR and on the adjacency
 /// lists a build is still editing.
 pub trait Neighbors {
@@ -35,11 +37,24 @@ impl Neighbors for [Vec<u32>] {
 
 /// Directed adjacency in compressed sparse rows: the out-neighbours of node `v` are
 /// `neighbors[offsets[v]..offsets[v + 1]]`. Every id is `< len()` (checked by [`Csr::new`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// The arrays are owned or borrowed from a file mapping ([`crate::io`]). A mapped graph opened
+/// without verification has not been scanned; its accessors stay total (a node whose offsets
+/// are out of order has no neighbours) and [`beam_search`] skips ids `≥ len()`, so a damaged
+/// file can give poor results but never a panic. [`Csr::validate`] runs the full check.
+#[derive(Clone, Debug, Default)]
 pub struct Csr {
-    offsets: Vec<u32>,
-    neighbors: Vec<u32>,
+    offsets: Buf<u32>,
+    neighbors: Buf<u32>,
 }
+
+impl PartialEq for Csr {
+    fn eq(&self, other: &Self) -> bool {
+        self.offsets() == other.offsets() && self.neighbor_array() == other.neighbor_array()
+    }
+}
+
+impl Eq for Csr {}
 
 impl Csr {
     /// CSR from per-node lists. Fails (returns `None`) when an id is out of range or the edge
@@ -58,35 +73,36 @@ impl Csr {
             neighbors.extend_from_slice(l);
             offsets.push(neighbors.len() as u32);
         }
-        Some(Csr { offsets, neighbors })
+        Some(Csr {
+            offsets: Buf::Owned(offsets),
+            neighbors: Buf::Owned(neighbors),
+        })
+    }
+
+    /// CSR over arrays borrowed from a mapping, not scanned (O(1)); `offsets` must hold at least
+    /// one value. Callers that need the invariants run [`Csr::validate`].
+    pub(crate) fn from_bufs_unchecked(offsets: Buf<u32>, neighbors: Buf<u32>) -> Self {
+        Csr { offsets, neighbors }
+    }
+
+    /// Checks the invariants of [`Csr::new`] (a scan of both arrays).
+    pub fn validate(&self) -> Result<(), String> {
+        check_arrays(self.offsets(), self.neighbor_array())
     }
 
     /// CSR from raw arrays, validated: offsets start at 0, never decrease, end at
     /// `neighbors.len()`, and every neighbour is `< offsets.len() - 1`.
     pub fn new(offsets: Vec<u32>, neighbors: Vec<u32>) -> Result<Self, String> {
-        let n = offsets.len().checked_sub(1).ok_or("offsets is empty")?;
-        if offsets[0] != 0 {
-            return Err("offsets[0] is not 0".into());
-        }
-        if offsets.windows(2).any(|w| w[0] > w[1]) {
-            return Err("offsets decrease".into());
-        }
-        if offsets[n] as usize != neighbors.len() {
-            return Err(format!(
-                "offsets end at {} but there are {} neighbours",
-                offsets[n],
-                neighbors.len()
-            ));
-        }
-        if let Some(bad) = neighbors.iter().find(|&&x| x as usize >= n) {
-            return Err(format!("neighbour id {bad} is not below n = {n}"));
-        }
-        Ok(Csr { offsets, neighbors })
+        check_arrays(&offsets, &neighbors)?;
+        Ok(Csr {
+            offsets: Buf::Owned(offsets),
+            neighbors: Buf::Owned(neighbors),
+        })
     }
 
     /// Number of nodes.
     pub fn len(&self) -> usize {
-        self.offsets.len().saturating_sub(1)
+        self.offsets().len().saturating_sub(1)
     }
 
     /// True when the graph has no node.
@@ -94,41 +110,52 @@ impl Csr {
         self.len() == 0
     }
 
-    /// Out-neighbours of `v`.
+    /// Out-neighbours of `v` (empty when `v` is out of range, or when the offsets of an
+    /// unverified mapped graph are damaged).
     #[inline]
     pub fn neighbors(&self, v: u32) -> &[u32] {
-        let s = self.offsets[v as usize] as usize;
-        let e = self.offsets[v as usize + 1] as usize;
-        &self.neighbors[s..e]
+        let offsets = self.offsets.as_slice();
+        let (Some(&s), Some(&e)) = (offsets.get(v as usize), offsets.get(v as usize + 1)) else {
+            return &[];
+        };
+        self.neighbors
+            .as_slice()
+            .get(s as usize..e as usize)
+            .unwrap_or(&[])
     }
 
     /// Number of edges.
     pub fn edges(&self) -> usize {
-        self.neighbors.len()
+        self.neighbor_array().len()
     }
 
     /// Largest out-degree.
     pub fn max_degree(&self) -> usize {
-        self.offsets
+        self.offsets()
             .windows(2)
-            .map(|w| (w[1] - w[0]) as usize)
+            .map(|w| w[1].saturating_sub(w[0]) as usize)
             .max()
             .unwrap_or(0)
     }
 
     /// Raw offsets (`len() + 1` entries).
     pub fn offsets(&self) -> &[u32] {
-        &self.offsets
+        self.offsets.as_slice()
     }
 
     /// Raw neighbour array.
     pub fn neighbor_array(&self) -> &[u32] {
-        &self.neighbors
+        self.neighbors.as_slice()
+    }
+
+    /// True when the arrays are borrowed from a file mapping rather than owned.
+    pub fn is_mapped(&self) -> bool {
+        self.offsets.is_mapped() || self.neighbors.is_mapped()
     }
 
     /// Bytes held by the adjacency.
     pub fn bytes(&self) -> usize {
-        4 * (self.offsets.len() + self.neighbors.len())
+        4 * (self.offsets().len() + self.neighbor_array().len())
     }
 
     /// Nodes reachable from `entries` (breadth-first), as a mask.
@@ -143,12 +170,37 @@ impl Csr {
         }
         while let Some(v) = stack.pop() {
             for &w in self.neighbors(v) {
-                if !seen[w as usize] {
-                    seen[w as usize] = true;
-                    stack.push(w);
+                if let Some(s) = seen.get_mut(w as usize) {
+                    if !*s {
+                        *s = true;
+                        stack.push(w);
+                    }
                 }
             }
         }
         seen
     }
+}
+
+/// The CSR invariants: offsets start at 0, never decrease, end at `neighbors.len()`, and every
+/// neighbour is `< offsets.len() - 1`.
+fn check_arrays(offsets: &[u32], neighbors: &[u32]) -> Result<(), String> {
+    let n = offsets.len().checked_sub(1).ok_or("offsets is empty")?;
+    if offsets[0] != 0 {
+        return Err("offsets[0] is not 0".into());
+    }
+    if let Some(i) = offsets.windows(2).position(|w| w[0] > w[1]) {
+        return Err(format!("offsets decrease at node {i}"));
+    }
+    if offsets[n] as usize != neighbors.len() {
+        return Err(format!(
+            "offsets end at {} but there are {} neighbours",
+            offsets[n],
+            neighbors.len()
+        ));
+    }
+    if let Some(bad) = neighbors.iter().find(|&&x| x as usize >= n) {
+        return Err(format!("neighbour id {bad} is not below n = {n}"));
+    }
+    Ok(())
 }

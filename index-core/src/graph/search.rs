@@ -16,7 +16,8 @@ use crate::store::Scorer;
 use super::Neighbors;
 
 /// Searches `graph` for the `k` keys with the largest `query · key`, with a result list of
-/// `ef ≥ k`, starting from every id of the slices in `entries` (ids out of range are ignored).
+/// `ef ≥ k`, starting from every id of the slices in `entries` (ids out of range are ignored,
+/// and so are neighbour ids `≥ graph.node_count()`, which only an unverified file can hold).
 /// Writes `out` (cleared first).
 #[allow(clippy::too_many_arguments)]
 pub fn beam_search<G: Neighbors + ?Sized>(
@@ -155,7 +156,7 @@ fn beam_search_impl<G: Neighbors + ?Sized>(
     while let Some(c) = beam.next_unexpanded() {
         stats.hops += 1;
         ids.clear();
-        visited.filter_new(graph.neighbors_of(c.id), ids);
+        visited.filter_new_below(graph.neighbors_of(c.id), n as u32, ids);
         if ids.is_empty() {
             continue;
         }

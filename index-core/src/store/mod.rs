@@ -3,8 +3,12 @@
 //! One [`KeyStore`] holds the keys of one KV head. The query heads of a GQA group share it
 //! through an `Arc<KeyStore>`: every index of those heads points at the same memory. Decode
 //! appends keys ([`KeyStore::push`]); ids are `u32` row numbers and never change.
+//!
+//! Rows are owned or borrowed from a read-only file mapping ([`crate::io`]); both are read
+//! through the same accessors, so searching a mapped store copies nothing.
 
 use crate::error::{check_finite, Error, Result};
+use crate::io::Buf;
 use crate::metric::{kernels, Kernels};
 use half::f16;
 
@@ -44,8 +48,8 @@ pub enum KeysRef<'a> {
 
 #[derive(Clone, Debug)]
 enum KeyData {
-    F16(Vec<f16>),
-    F32(Vec<f32>),
+    F16(Buf<f16>),
+    F32(Buf<f32>),
 }
 
 /// `n × dim` keys of one head, row-major, f16 or f32.
@@ -66,7 +70,7 @@ impl KeyStore {
         Ok(KeyStore {
             dim,
             len,
-            data: KeyData::F32(data),
+            data: KeyData::F32(Buf::Owned(data)),
         })
     }
 
@@ -82,7 +86,7 @@ impl KeyStore {
         Ok(KeyStore {
             dim,
             len,
-            data: KeyData::F16(data),
+            data: KeyData::F16(Buf::Owned(data)),
         })
     }
 
@@ -92,10 +96,48 @@ impl KeyStore {
             return Err(Error::invalid_param("dim", 0, "must be positive"));
         }
         let data = match dtype {
-            Dtype::F16 => KeyData::F16(Vec::new()),
-            Dtype::F32 => KeyData::F32(Vec::new()),
+            Dtype::F16 => KeyData::F16(Buf::default()),
+            Dtype::F32 => KeyData::F32(Buf::default()),
         };
         Ok(KeyStore { dim, len: 0, data })
+    }
+
+    /// Keys whose rows live in a file mapping (from [`crate::io`]): `buf` holds `len × dim`
+    /// values. The loader has checked sizes; finiteness is checked by verification.
+    pub(crate) fn from_buf_f16(buf: Buf<f16>, dim: usize) -> Result<Self> {
+        let len = check_shape("keys", buf.as_slice().len(), dim)?;
+        Ok(KeyStore {
+            dim,
+            len,
+            data: KeyData::F16(buf),
+        })
+    }
+
+    /// [`KeyStore::from_buf_f16`] for f32 rows.
+    pub(crate) fn from_buf_f32(buf: Buf<f32>, dim: usize) -> Result<Self> {
+        let len = check_shape("keys", buf.as_slice().len(), dim)?;
+        Ok(KeyStore {
+            dim,
+            len,
+            data: KeyData::F32(buf),
+        })
+    }
+
+    /// Row of the first non-finite value, if any (a full scan; file verification uses it).
+    pub fn first_non_finite_row(&self) -> Option<usize> {
+        let i = match self.rows() {
+            KeysRef::F16(v) => v.iter().position(|x| !x.is_finite()),
+            KeysRef::F32(v) => v.iter().position(|x| !x.is_finite()),
+        }?;
+        Some(i / self.dim)
+    }
+
+    /// True when the rows are borrowed from a file mapping rather than owned.
+    pub fn is_mapped(&self) -> bool {
+        match &self.data {
+            KeyData::F16(b) => b.is_mapped(),
+            KeyData::F32(b) => b.is_mapped(),
+        }
     }
 
     /// Number of keys.
@@ -129,12 +171,15 @@ impl KeyStore {
     /// Typed view of all rows.
     pub fn rows(&self) -> KeysRef<'_> {
         match &self.data {
-            KeyData::F16(v) => KeysRef::F16(v),
-            KeyData::F32(v) => KeysRef::F32(v),
+            KeyData::F16(v) => KeysRef::F16(v.as_slice()),
+            KeyData::F32(v) => KeysRef::F32(v.as_slice()),
         }
     }
 
     /// Appends one key (converted to the store's element type); returns its id.
+    ///
+    /// A store whose rows are mapped from a file copies them into owned memory first (the
+    /// mapping is read-only); later pushes append to that copy.
     pub fn push(&mut self, key: &[f32]) -> Result<u32> {
         if key.len() != self.dim {
             return Err(Error::DimensionMismatch {
@@ -147,8 +192,8 @@ impl KeyStore {
         let id = u32::try_from(self.len)
             .map_err(|_| Error::invalid_param("n", self.len, "more than u32::MAX keys"))?;
         match &mut self.data {
-            KeyData::F16(v) => v.extend(key.iter().map(|&x| f16::from_f32(x))),
-            KeyData::F32(v) => v.extend_from_slice(key),
+            KeyData::F16(v) => v.to_mut().extend(key.iter().map(|&x| f16::from_f32(x))),
+            KeyData::F32(v) => v.to_mut().extend_from_slice(key),
         }
         self.len += 1;
         Ok(id)
@@ -160,21 +205,21 @@ impl KeyStore {
     /// If `id >= len` or `out.len() != dim` (internal callers guarantee both).
     pub fn row_into(&self, id: u32, out: &mut [f32]) {
         let s = id as usize * self.dim;
-        match &self.data {
-            KeyData::F16(v) => {
+        match self.rows() {
+            KeysRef::F16(v) => {
                 for (o, x) in out.iter_mut().zip(&v[s..s + self.dim]) {
                     *o = x.to_f32();
                 }
             }
-            KeyData::F32(v) => out.copy_from_slice(&v[s..s + self.dim]),
+            KeysRef::F32(v) => out.copy_from_slice(&v[s..s + self.dim]),
         }
     }
 
     /// All keys converted to f32, row-major.
     pub fn to_f32(&self) -> Vec<f32> {
-        match &self.data {
-            KeyData::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
-            KeyData::F32(v) => v.clone(),
+        match self.rows() {
+            KeysRef::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
+            KeysRef::F32(v) => v.to_vec(),
         }
     }
 

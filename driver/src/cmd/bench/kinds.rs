@@ -6,17 +6,39 @@
 use super::BenchArgs;
 use anyhow::{bail, Result};
 use qkindex::attention::{EntryRule, Projection, Prune};
+use qkindex::ivf::Assignment;
 use qkindex::{
-    AnnIndex, AttentionIndex, AttentionParams, CpuKnn, FlatIndex, KeyStore, SearchParams,
+    AnnIndex, AttentionIndex, AttentionParams, CpuKnn, FlatIndex, HnswIndex, HnswParams, IvfIndex,
+    IvfParams, KeyStore, SearchParams, VamanaIndex, VamanaParams,
 };
 use std::sync::Arc;
 use std::time::Instant;
 
 /// Every kind name `--kinds` accepts.
-pub const KNOWN: &[&str] = &["attention", "roargraph-recipe", "key-graph", "flat"];
+pub const KNOWN: &[&str] = &[
+    "attention",
+    "roargraph-recipe",
+    "key-graph",
+    "hnsw",
+    "hnsw-ip",
+    "flat",
+    "ivf",
+    "ivf-ip",
+    "vamana",
+    "robust-vamana",
+];
 
 /// The kinds `--kinds all` runs.
-pub const ALL: &[&str] = &["attention", "roargraph-recipe", "flat"];
+pub const ALL: &[&str] = &[
+    "attention",
+    "roargraph-recipe",
+    "hnsw",
+    "hnsw-ip",
+    "flat",
+    "ivf",
+    "vamana",
+    "robust-vamana",
+];
 
 /// What one (layer, query head) provides to the builders.
 pub struct HeadInput<'a> {
@@ -48,9 +70,9 @@ pub enum Sweep {
     Single,
     /// `--ef` (given for k = 100, scaled by k / 100 for other k, never below k).
     Ef,
-    /// `--nprobe`.
-    #[allow(dead_code)] // used by the IVF kind
-    Nprobe,
+    /// `--nprobe` values up to `nlist` (larger ones scan every list, as `nlist` does), or
+    /// `nlist` alone when every value is larger.
+    Nprobe { nlist: usize },
 }
 
 impl Sweep {
@@ -72,11 +94,18 @@ impl Sweep {
                 efs.dedup();
                 efs.into_iter().map(SearchParams::with_ef).collect()
             }
-            Sweep::Nprobe => args
-                .nprobe
-                .iter()
-                .map(|&p| SearchParams::with_nprobe(p))
-                .collect(),
+            Sweep::Nprobe { nlist } => {
+                let mut sweep: Vec<SearchParams> = args
+                    .nprobe
+                    .iter()
+                    .filter(|&&p| p <= nlist)
+                    .map(|&p| SearchParams::with_nprobe(p))
+                    .collect();
+                if sweep.is_empty() {
+                    sweep.push(SearchParams::with_nprobe(nlist));
+                }
+                sweep
+            }
         }
     }
 }
@@ -138,6 +167,116 @@ pub fn build(kind: &str, input: &HeadInput<'_>, args: &BenchArgs) -> Result<Buil
                     String::new()
                 } else {
                     kind.to_string()
+                },
+                build_s,
+                sweep: Sweep::Ef,
+            })
+        }
+        "ivf" | "ivf-ip" => {
+            // `ivf` is faiss IVF-Flat IP's recipe (spherical centroids); `ivf-ip` keeps plain
+            // mean centroids.
+            let params = IvfParams {
+                nlist: (args.nlist > 0).then_some(args.nlist),
+                seed: args.seed,
+                assignment: if kind == "ivf-ip" {
+                    Assignment::InnerProduct
+                } else {
+                    Assignment::Spherical
+                },
+                ..IvfParams::default()
+            };
+            let spinner = build_spinner(&format!(
+                "building {kind} for layer {layer} head {h} ({} keys)",
+                input.keys.len()
+            ));
+            let idx = IvfIndex::build(input.keys, &params);
+            spinner.finish_and_clear();
+            let idx = idx?;
+            let s = idx.build_stats();
+            eprintln!(
+                "layer {layer} head {h} {kind}: nlist {} trained on {} keys in {:.2}s (k-means {:.2}s, assign {:.2}s; lists {}..{}, imbalance {:.2}, {} re-seeded; {:.1} bytes/key)",
+                s.nlist, s.train_keys, s.total_s, s.kmeans_s, s.assign_s, s.min_list, s.max_list, s.imbalance, s.reseeded, idx.bytes_per_key()
+            );
+            let build_s =
+                serde_json::json!({"total": s.total_s, "kmeans": s.kmeans_s, "assign": s.assign_s});
+            let sweep = Sweep::Nprobe { nlist: idx.nlist() };
+            Ok(Built {
+                index: Box::new(idx),
+                index_name: "ivf".into(),
+                variant: if kind == "ivf-ip" {
+                    "ip".into()
+                } else {
+                    String::new()
+                },
+                build_s,
+                sweep,
+            })
+        }
+        "vamana" | "robust-vamana" => {
+            let robust = kind == "robust-vamana";
+            let params = VamanaParams {
+                r: args.vamana_r,
+                l: args.vamana_l,
+                alpha: args.alpha,
+                robust,
+                stitch_t: args.stitch_t,
+                stitch_reserve: if robust { args.stitch_reserve } else { 0 },
+                seed: args.seed,
+                ..VamanaParams::default()
+            };
+            let spinner = build_spinner(&format!(
+                "building {kind} for layer {layer} head {h} ({} keys)",
+                input.keys.len()
+            ));
+            let train = robust.then_some(input.train);
+            let idx = VamanaIndex::build(input.keys.clone(), train, &params, &CpuKnn);
+            spinner.finish_and_clear();
+            let idx = idx?;
+            let s = idx.build_stats();
+            eprintln!(
+                "layer {layer} head {h} {kind}: built in {:.2}s (pass 1 {:.2}s, pass 2 {:.2}s, knn {:.2}s, stitch {:.2}s from {} queries: {} edges; connectivity {:.2}s, {} keys linked; {} edges, max degree {})",
+                s.total_s, s.pass1_s, s.pass2_s, s.knn_s, s.stitch_s, s.train_queries, s.stitched_edges, s.connectivity_s, s.linked_unreachable, s.edges, idx.graph().max_degree()
+            );
+            let build_s = serde_json::json!({"total": s.total_s, "pass1": s.pass1_s, "pass2": s.pass2_s, "knn": s.knn_s, "stitch": s.stitch_s, "connectivity": s.connectivity_s});
+            Ok(Built {
+                index: Box::new(idx),
+                index_name: "vamana".into(),
+                variant: if robust {
+                    "robust".into()
+                } else {
+                    String::new()
+                },
+                build_s,
+                sweep: Sweep::Ef,
+            })
+        }
+        "hnsw" | "hnsw-ip" => {
+            let params = HnswParams {
+                m: args.hnsw_m,
+                ef_construction: args.ef_construction,
+                l2_reduction: kind == "hnsw",
+                ..HnswParams::default()
+            };
+            let spinner = build_spinner(&format!(
+                "building {kind} for layer {layer} head {h} ({} keys)",
+                input.keys.len()
+            ));
+            let idx = HnswIndex::build(input.keys.clone(), &params);
+            spinner.finish_and_clear();
+            let idx = idx?;
+            let s = idx.build_stats();
+            eprintln!(
+                "layer {layer} head {h} {kind}: built in {:.2}s (M {}, ef_construction {}; max level {}, {} level-0 edges, {} keys stranded, {} unreachable at level 0)",
+                s.total_s, params.m, params.ef_construction, s.max_level, s.edges_level0, s.stranded, s.unreachable
+            );
+            let build_s = serde_json::json!({"total": s.total_s, "prepare": s.prepare_s, "insert": s.insert_s, "finalize": s.finalize_s});
+            Ok(Built {
+                index: Box::new(idx),
+                index_name: "hnsw".into(),
+                variant: if kind == "hnsw" {
+                    String::new()
+                } else {
+                    "ip".into()
                 },
                 build_s,
                 sweep: Sweep::Ef,

@@ -30,7 +30,7 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     pub heads: Vec<usize>,
     /// Index kinds: all, or a list of the kinds `qkindex bench --help` names (attention,
-    /// roargraph-recipe, key-graph, flat, ...).
+    /// roargraph-recipe, key-graph, hnsw, hnsw-ip, flat, ivf, ivf-ip, vamana, robust-vamana).
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub kinds: Vec<String>,
     /// Neighbours per query (recall@k); a list measures each (e.g. 10,100,1000).
@@ -104,6 +104,30 @@ pub struct BenchArgs {
     /// AttentionIndex: sequence edges to each side.
     #[arg(long, default_value_t = 1)]
     pub sequence_edges: usize,
+    /// IvfIndex: number of lists (0: round(4·√n)).
+    #[arg(long, default_value_t = 0)]
+    pub nlist: usize,
+    /// VamanaIndex: out-degree bound R.
+    #[arg(long, default_value_t = 64)]
+    pub vamana_r: usize,
+    /// VamanaIndex: build list size L.
+    #[arg(long, default_value_t = 100)]
+    pub vamana_l: usize,
+    /// VamanaIndex: pruning factor α of the second pass.
+    #[arg(long, default_value_t = 1.2)]
+    pub alpha: f32,
+    /// RobustVamana: nearest keys per training query stitched together (T).
+    #[arg(long, default_value_t = 16)]
+    pub stitch_t: usize,
+    /// RobustVamana: degree slots held back from the Vamana passes for stitched edges.
+    #[arg(long, default_value_t = 0)]
+    pub stitch_reserve: usize,
+    /// HnswIndex (hnsw, hnsw-ip): links per key and level (`M`; 2M at level 0).
+    #[arg(long, default_value_t = 16)]
+    pub hnsw_m: usize,
+    /// HnswIndex (hnsw, hnsw-ip): candidate list size of insertions.
+    #[arg(long, default_value_t = 200)]
+    pub ef_construction: usize,
 }
 
 /// One query set of a head: row-major queries and their exact top-k.
@@ -256,7 +280,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
 /// Training queries of query head `h`: its own prefill queries, or those of every query head
 /// of its GQA group, optionally strided down to `max` rows.
-fn training_queries(
+pub(crate) fn training_queries(
     q: &qkindex::dump::HeadTensor,
     h: usize,
     kv: usize,

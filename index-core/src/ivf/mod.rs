@@ -1,0 +1,464 @@
+//! `IvfIndex`: the inverted-file baseline (faiss IVF-Flat with inner product).
+//!
+//! | file | job |
+//! |---|---|
+//! | `params.rs` | build parameters ([`IvfParams`]) |
+//! | `kmeans.rs` | seeded k-means++ and Lloyd iterations, IP or spherical assignment |
+//! | `mod.rs` | the index, its build and its search |
+//!
+//! The keys are clustered into `nlist` lists by k-means (spherical by default, as faiss does
+//! for inner product); each key goes to the list whose centroid has the largest inner product
+//! with it. A search scores every centroid, takes the
+//! `nprobe` best lists and scans them exactly. The index holds its own list-ordered copy of the
+//! keys (same element type) with a position → id map, so each probed list is one streaming
+//! scan of contiguous rows; it does not keep the caller's [`KeyStore`].
+//!
+//! `distance_computations` = `nlist` (centroids) + the keys of the probed lists, so it can
+//! exceed `n` by at most `nlist` (the documented per-kind overhead). `hops` is 0.
+//! `nprobe` larger than `nlist` is clamped to `nlist` (as faiss does): every list is scanned
+//! and the result is exact.
+
+mod kmeans;
+mod params;
+
+pub use kmeans::Assignment;
+pub use params::IvfParams;
+
+use crate::cancel::Cancel;
+use crate::error::{Error, Result};
+use crate::scratch::Scratch;
+use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};
+use crate::store::{KeyStore, KeysRef};
+use std::time::Instant;
+
+/// Keys scored per kernel call when scanning a list.
+const CHUNK: usize = 512;
+
+/// What an IVF build did, and the wall time of each phase in seconds.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct BuildStats {
+    pub nlist: usize,
+    /// Keys k-means was trained on (all keys, or a strided sample).
+    pub train_keys: usize,
+    pub iters: usize,
+    /// Empty clusters re-seeded during training.
+    pub reseeded: usize,
+    /// Smallest and largest list.
+    pub min_list: usize,
+    pub max_list: usize,
+    /// faiss's imbalance factor `nlist · Σ size² / n²` (1 = perfectly even lists); the
+    /// expected scan cost of a probe relative to even lists.
+    pub imbalance: f64,
+    pub kmeans_s: f64,
+    pub assign_s: f64,
+    pub total_s: f64,
+}
+
+/// Inverted-file index over one head's keys.
+#[derive(Clone, Debug)]
+pub struct IvfIndex {
+    dim: usize,
+    /// `nlist × dim` centroids, f32.
+    centroids: KeyStore,
+    /// The keys in list order (list 0 first), in the element type of the input keys.
+    lists: KeyStore,
+    /// `ids[p]` is the original id of the key at list-order position `p` (`n` entries).
+    ids: Vec<u32>,
+    /// List `l` holds positions `offsets[l]..offsets[l + 1]` (`nlist + 1` entries).
+    offsets: Vec<u32>,
+    params: IvfParams,
+    stats: BuildStats,
+}
+
+impl IvfIndex {
+    /// Builds the index over `keys`: k-means on (a sample of) the keys, then every key assigned
+    /// to its list.
+    ///
+    /// Errors: empty keys, bad params.
+    pub fn build(keys: &KeyStore, params: &IvfParams) -> Result<Self> {
+        Self::build_with(keys, params, &Cancel::new())
+    }
+
+    /// [`IvfIndex::build`] that stops with [`Error::Cancelled`] once `cancel` is set (checked
+    /// between k-means++ picks and Lloyd iterations).
+    pub fn build_with(keys: &KeyStore, params: &IvfParams, cancel: &Cancel) -> Result<Self> {
+        params.validate()?;
+        let start = Instant::now();
+        let n = keys.len();
+        if n == 0 {
+            return Err(Error::Empty { what: "keys" });
+        }
+        let dim = keys.dim();
+        let nlist = params
+            .nlist
+            .unwrap_or_else(|| IvfParams::default_nlist(n))
+            .min(n);
+        let keys32 = keys.to_f32();
+        let max_train = params.max_train_per_list.saturating_mul(nlist);
+        let sample: Vec<f32>;
+        let train: &[f32] = if n > max_train {
+            let step = n as f64 / max_train as f64;
+            sample = (0..max_train)
+                .flat_map(|i| {
+                    let r = (i as f64 * step) as usize;
+                    keys32[r * dim..(r + 1) * dim].iter().copied()
+                })
+                .collect();
+            &sample
+        } else {
+            &keys32
+        };
+        let trained = kmeans::train(
+            train,
+            dim,
+            nlist,
+            params.iters,
+            params.assignment,
+            params.seed,
+            cancel,
+        )?;
+        let kmeans_s = start.elapsed().as_secs_f64();
+        cancel.check("IVF build")?;
+
+        let t = Instant::now();
+        let labels = kmeans::assign(&keys32, &trained.centroids, dim);
+        let mut offsets = vec![0u32; nlist + 1];
+        for &l in &labels {
+            offsets[l as usize + 1] += 1;
+        }
+        for l in 0..nlist {
+            offsets[l + 1] += offsets[l];
+        }
+        let mut fill: Vec<u32> = offsets[..nlist].to_vec();
+        let mut ids = vec![0u32; n];
+        for (id, &l) in labels.iter().enumerate() {
+            let slot = &mut fill[l as usize];
+            ids[*slot as usize] = id as u32;
+            *slot += 1;
+        }
+        let lists = match keys.rows() {
+            KeysRef::F16(v) => KeyStore::from_f16(
+                ids.iter()
+                    .flat_map(|&id| {
+                        v[id as usize * dim..(id as usize + 1) * dim]
+                            .iter()
+                            .copied()
+                    })
+                    .collect(),
+                dim,
+            )?,
+            KeysRef::F32(v) => KeyStore::from_f32(
+                ids.iter()
+                    .flat_map(|&id| {
+                        v[id as usize * dim..(id as usize + 1) * dim]
+                            .iter()
+                            .copied()
+                    })
+                    .collect(),
+                dim,
+            )?,
+        };
+        let centroids = KeyStore::from_f32(trained.centroids, dim)?;
+        let sizes = offsets.windows(2).map(|w| (w[1] - w[0]) as usize);
+        let sum_sq: f64 = sizes.clone().map(|s| (s * s) as f64).sum();
+        let stats = BuildStats {
+            nlist,
+            train_keys: train.len() / dim,
+            iters: params.iters,
+            reseeded: trained.reseeded,
+            min_list: sizes.clone().min().unwrap_or(0),
+            max_list: sizes.max().unwrap_or(0),
+            imbalance: nlist as f64 * sum_sq / (n as f64 * n as f64),
+            kmeans_s,
+            assign_s: t.elapsed().as_secs_f64(),
+            total_s: start.elapsed().as_secs_f64(),
+        };
+        Ok(IvfIndex {
+            dim,
+            centroids,
+            lists,
+            ids,
+            offsets,
+            params: params.clone(),
+            stats,
+        })
+    }
+
+    /// Number of lists.
+    pub fn nlist(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    /// The centroids (`nlist × dim`, f32).
+    pub fn centroids(&self) -> &KeyStore {
+        &self.centroids
+    }
+
+    /// Original ids of the keys of list `l`, in scan order.
+    ///
+    /// # Panics
+    /// If `l >= nlist()`.
+    pub fn list(&self, l: usize) -> &[u32] {
+        &self.ids[self.offsets[l] as usize..self.offsets[l + 1] as usize]
+    }
+
+    /// Bytes held by the index: the list-ordered keys, the centroids, the id map and the list
+    /// offsets (the caller's key store is not kept).
+    pub fn bytes(&self) -> usize {
+        self.lists.bytes() + self.centroids.bytes() + 4 * (self.ids.len() + self.offsets.len())
+    }
+
+    /// [`IvfIndex::bytes`] per indexed key.
+    pub fn bytes_per_key(&self) -> f64 {
+        self.bytes() as f64 / self.ids.len() as f64
+    }
+
+    /// Build parameters.
+    pub fn params(&self) -> &IvfParams {
+        &self.params
+    }
+
+    /// What the build did and how long each phase took.
+    pub fn build_stats(&self) -> &BuildStats {
+        &self.stats
+    }
+}
+
+impl AnnIndex for IvfIndex {
+    fn kind(&self) -> IndexKind {
+        IndexKind::Ivf
+    }
+
+    fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Reads `params.nprobe` (`ef` and `seeds` do not apply and are ignored).
+    fn memory_bytes(&self) -> usize {
+        self.bytes()
+    }
+
+    fn search_into(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        scratch: &mut Scratch,
+        out: &mut SearchOutput,
+    ) -> Result<()> {
+        let n = self.ids.len();
+        check_query(query, self.dim, k, n)?;
+        let nprobe = params.nprobe.unwrap_or(self.params.default_nprobe);
+        if nprobe == 0 {
+            return Err(Error::invalid_param("nprobe", 0, "must be at least 1"));
+        }
+        let nlist = self.nlist();
+        let nprobe = nprobe.min(nlist);
+        out.clear();
+        let Scratch {
+            best, ids, scores, ..
+        } = scratch;
+        if scores.len() < nlist + CHUNK {
+            scores.resize(nlist + CHUNK, 0.0);
+        }
+        let (centroid_scores, buf) = scores.split_at_mut(nlist);
+        self.centroids
+            .scorer()
+            .score_range(query, 0, centroid_scores);
+        // The nprobe best lists, best first (out.scores is a spare buffer until the end).
+        best.reset(nprobe);
+        best.push_block(centroid_scores, 0);
+        ids.clear();
+        best.drain_sorted(ids, &mut out.scores);
+        out.scores.clear();
+
+        let scorer = self.lists.scorer();
+        best.reset(k);
+        let mut scanned = 0usize;
+        for &l in ids.iter() {
+            let (s, e) = (
+                self.offsets[l as usize] as usize,
+                self.offsets[l as usize + 1] as usize,
+            );
+            scanned += e - s;
+            let mut p = s;
+            while p < e {
+                let len = CHUNK.min(e - p);
+                let chunk = &mut buf[..len];
+                scorer.score_range(query, p, chunk);
+                best.push_block(chunk, p as u32);
+                p += len;
+            }
+        }
+        best.drain_sorted(&mut out.ids, &mut out.scores);
+        for id in out.ids.iter_mut() {
+            *id = self.ids[*id as usize];
+        }
+        out.stats = SearchStats {
+            distance_computations: (nlist + scanned) as u64,
+            hops: 0,
+        };
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flat::FlatIndex;
+    use std::sync::Arc;
+
+    fn data(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+        let mut rng = crate::synth::Rng::new(seed);
+        (0..n * dim).map(|_| rng.normal()).collect()
+    }
+
+    #[test]
+    fn lists_partition_the_keys_and_keep_their_rows() {
+        let dim = 8;
+        let raw = data(1000, dim, 1);
+        let keys = KeyStore::from_f32(raw.clone(), dim).expect("keys");
+        let idx = IvfIndex::build(&keys, &IvfParams::default()).expect("build");
+        assert_eq!(idx.nlist(), 126, "round(4·√1000)");
+        let mut seen: Vec<u32> = (0..idx.nlist())
+            .flat_map(|l| idx.list(l).to_vec())
+            .collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..1000).collect::<Vec<u32>>());
+        let mut row = vec![0.0; dim];
+        for (p, &id) in idx.ids.iter().enumerate() {
+            idx.lists.row_into(p as u32, &mut row);
+            assert_eq!(row, &raw[id as usize * dim..(id as usize + 1) * dim]);
+        }
+        let s = idx.build_stats();
+        assert!(s.imbalance >= 1.0 && s.min_list <= s.max_list);
+        assert_eq!(
+            idx.bytes(),
+            1000 * dim * 4 + 126 * dim * 4 + 4 * 1000 + 4 * 127
+        );
+    }
+
+    #[test]
+    fn build_is_deterministic_and_seed_dependent() {
+        let keys = KeyStore::from_f32(data(800, 6, 2), 6).expect("keys");
+        let p = IvfParams::default();
+        let a = IvfIndex::build(&keys, &p).expect("a");
+        let b = IvfIndex::build(&keys, &p).expect("b");
+        assert_eq!(a.ids, b.ids);
+        assert_eq!(a.offsets, b.offsets);
+        let c = IvfIndex::build(&keys, &IvfParams { seed: 1, ..p }).expect("c");
+        assert_ne!(a.offsets, c.offsets);
+    }
+
+    #[test]
+    fn probing_every_list_is_exact_and_counts_centroids() {
+        let dim = 16;
+        let raw = data(600, dim, 3);
+        let keys = Arc::new(KeyStore::from_f32(raw.clone(), dim).expect("keys"));
+        let flat = FlatIndex::new(keys.clone());
+        for assignment in [Assignment::InnerProduct, Assignment::Spherical] {
+            let idx = IvfIndex::build(
+                &keys,
+                &IvfParams {
+                    nlist: Some(20),
+                    assignment,
+                    max_train_per_list: 10,
+                    ..Default::default()
+                },
+            )
+            .expect("build");
+            assert_eq!(idx.build_stats().train_keys, 200, "strided training sample");
+            let q = &data(1, dim, 4)[..];
+            let mut s = idx.new_scratch();
+            let exact = flat
+                .search(q, 10, &SearchParams::default(), &mut s)
+                .expect("flat");
+            for nprobe in [20, 1000] {
+                let got = idx
+                    .search(q, 10, &SearchParams::with_nprobe(nprobe), &mut s)
+                    .expect("ivf");
+                assert_eq!(got.ids, exact.ids);
+                assert_eq!(got.scores, exact.scores);
+                assert_eq!(got.stats.distance_computations, 620);
+            }
+            let one = idx
+                .search(q, 10, &SearchParams::with_nprobe(1), &mut s)
+                .expect("nprobe 1");
+            let l = (0..20)
+                .find(|&l| idx.list(l).contains(&one.ids[0]))
+                .expect("list");
+            assert_eq!(
+                one.stats.distance_computations,
+                20 + idx.list(l).len() as u64
+            );
+            assert!(matches!(
+                idx.search(q, 10, &SearchParams::with_nprobe(0), &mut s),
+                Err(Error::InvalidParam { name: "nprobe", .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn bad_params_are_typed_errors() {
+        let keys = KeyStore::from_f32(data(50, 4, 5), 4).expect("keys");
+        for p in [
+            IvfParams {
+                nlist: Some(0),
+                ..Default::default()
+            },
+            IvfParams {
+                max_train_per_list: 0,
+                ..Default::default()
+            },
+            IvfParams {
+                default_nprobe: 0,
+                ..Default::default()
+            },
+        ] {
+            assert!(matches!(
+                IvfIndex::build(&keys, &p),
+                Err(Error::InvalidParam { .. })
+            ));
+        }
+        let big = IvfIndex::build(
+            &keys,
+            &IvfParams {
+                nlist: Some(500),
+                ..Default::default()
+            },
+        )
+        .expect("nlist capped at n");
+        assert_eq!(big.nlist(), 50);
+    }
+
+    #[test]
+    fn tiny_and_degenerate_inputs_build_and_search_exactly() {
+        for (n, raw) in [
+            (1usize, vec![0.5f32, -1.0]),
+            (2, vec![1.0, 0.0, 0.0, 1.0]),
+            (5, vec![1.0; 10]),
+        ] {
+            let keys = KeyStore::from_f32(raw, 2).expect("keys");
+            for assignment in [Assignment::InnerProduct, Assignment::Spherical] {
+                let p = IvfParams {
+                    assignment,
+                    ..Default::default()
+                };
+                let idx = IvfIndex::build(&keys, &p).expect("build");
+                let out = idx
+                    .search(
+                        &[1.0, 1.0],
+                        n,
+                        &SearchParams::with_nprobe(n),
+                        &mut idx.new_scratch(),
+                    )
+                    .expect("search");
+                assert_eq!(out.ids.len(), n);
+            }
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! Build parameters of [`super::IvfIndex`].
+
+use super::kmeans::Assignment;
+use crate::error::{Error, Result};
+
+/// Build parameters of the IVF index.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct IvfParams {
+    /// Number of lists (k-means clusters). `None` takes [`IvfParams::default_nlist`]
+    /// (`round(4·√n)`, the middle of faiss's `4·√n … 16·√n` guideline at its cheap end: at 8K
+    /// keys it gives 361 lists of ~22 keys, so one probe costs ~0.3% of a scan). Capped at `n`.
+    pub nlist: Option<usize>,
+    /// Lloyd iterations after k-means++ (faiss's default is 10 for IVF training as well).
+    pub iters: usize,
+    /// Spherical by default: faiss's `IndexIVF` sets `cp.spherical = true` for
+    /// `METRIC_INNER_PRODUCT` (checked on faiss 1.15.1), so faiss IVF-Flat IP normalises its
+    /// centroids. Plain inner-product centroids let a few long centroids win most probes (on
+    /// the real dump their best lists hold a handful of keys) and need more of the keys scanned.
+    pub assignment: Assignment,
+    /// Training uses at most `max_train_per_list · nlist` keys, evenly strided (faiss samples
+    /// at most 256 points per centroid); every key is assigned to a list afterwards.
+    pub max_train_per_list: usize,
+    /// Seed of k-means++ and empty-cluster re-seeding.
+    pub seed: u64,
+    /// `nprobe` of searches that do not set one.
+    pub default_nprobe: usize,
+}
+
+impl Default for IvfParams {
+    fn default() -> Self {
+        IvfParams {
+            nlist: None,
+            iters: 10,
+            assignment: Assignment::Spherical,
+            max_train_per_list: 256,
+            seed: 0,
+            default_nprobe: 8,
+        }
+    }
+}
+
+impl IvfParams {
+    /// `round(4·√n)`, at least 1 and at most `n`.
+    pub fn default_nlist(n: usize) -> usize {
+        ((4.0 * (n as f64).sqrt()).round() as usize).clamp(1, n.max(1))
+    }
+
+    /// Checks ranges that do not depend on the data.
+    pub fn validate(&self) -> Result<()> {
+        if self.nlist == Some(0) {
+            return Err(Error::invalid_param("nlist", 0, "must be at least 1"));
+        }
+        if self.max_train_per_list == 0 {
+            return Err(Error::invalid_param(
+                "max_train_per_list",
+                0,
+                "must be at least 1",
+            ));
+        }
+        if self.default_nprobe == 0 {
+            return Err(Error::invalid_param(
+                "default_nprobe",
+                0,
+                "must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+}
