@@ -5,7 +5,8 @@
 //! | `errors.rs` | `FormatError` and the mapping of [`qkindex::Error`] to Python exceptions |
 //! | `arrays.rs` | numpy / tensor inputs (dtype, shape, strides, finiteness) and numpy outputs |
 //! | `run.rs` | running long work off the GIL, interruptible with Ctrl-C |
-//! | `index.rs` | `AttentionIndex`, `FlatIndex`, `SearchResult`, batched search |
+//! | `index.rs` | `AttentionIndex`, `FlatIndex`, `SearchResult`, batched search, `save`/`load` |
+//! | `kinds.rs` | `HnswIndex`, `IvfIndex`, `VamanaIndex` |
 //! | `functions.rs` | `exact_topk`, `recall`, `attention_mass`, timing helpers |
 //! | `dump.rs` | `Dump`, `load_dump`, `validate_dump` |
 //!
@@ -19,6 +20,7 @@ mod dump;
 mod errors;
 mod functions;
 mod index;
+mod kinds;
 mod run;
 
 use pyo3::prelude::*;
@@ -30,7 +32,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FormatError", py.get_type::<errors::FormatError>())?;
     m.add_class::<index::AttentionIndex>()?;
     m.add_class::<index::FlatIndex>()?;
+    m.add_class::<kinds::HnswIndex>()?;
+    m.add_class::<kinds::IvfIndex>()?;
+    m.add_class::<kinds::VamanaIndex>()?;
     m.add_class::<index::SearchResult>()?;
+    m.add_function(wrap_pyfunction!(index::load, m)?)?;
     m.add_class::<dump::Dump>()?;
     m.add_function(wrap_pyfunction!(functions::exact_topk, m)?)?;
     m.add_function(wrap_pyfunction!(functions::recall, m)?)?;
