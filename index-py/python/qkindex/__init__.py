@@ -1,0 +1,56 @@
+"""qkindex: approximate top-k maximum-inner-product search over attention keys.
+
+Build an index over one attention head's keys, search it with decode queries, and measure
+recall and attention mass against the exact top-k::
+
+    import qkindex
+    dump = qkindex.load_dump("data/smollm2-8k-subset")
+    keys, train, queries = dump.k(9)[0], dump.q(9)[0], dump.qdec(9)[0]
+    index = qkindex.AttentionIndex.build(keys, train)
+    res = index.search(queries, k=100, ef=128)
+    exact_ids, _ = qkindex.exact_topk(queries, keys, 100)
+    print(qkindex.recall(res.ids, exact_ids), res.distance_computations.mean() / len(keys))
+
+Arrays are numpy arrays or CPU torch tensors (anything with ``__array__`` or DLPack), float16
+or float32; float64 and bfloat16 raise ``TypeError`` (no silent casts). A 1-D query gives 1-D
+results. The GIL is released during builds and searches; a batch of queries is searched on
+rayon's thread pool (``RAYON_NUM_THREADS``); Ctrl-C interrupts a build.
+"""
+
+from ._native import (
+    AttentionIndex,
+    Dump,
+    FlatIndex,
+    FormatError,
+    HnswIndex,
+    IvfIndex,
+    SearchResult,
+    VamanaIndex,
+    __version__,
+    attention_mass,
+    exact_topk,
+    load,
+    load_dump,
+    recall,
+    validate_dump,
+)
+from ._write import write_dump
+
+__all__ = [
+    "AttentionIndex",
+    "Dump",
+    "FlatIndex",
+    "FormatError",
+    "HnswIndex",
+    "IvfIndex",
+    "SearchResult",
+    "VamanaIndex",
+    "__version__",
+    "attention_mass",
+    "exact_topk",
+    "load",
+    "load_dump",
+    "recall",
+    "validate_dump",
+    "write_dump",
+]

@@ -1,0 +1,305 @@
+//! Array inputs and outputs.
+//!
+//! Inputs are numpy arrays or anything `numpy.asarray` / `numpy.from_dlpack` turns into one
+//! (CPU torch tensors through `__array__` or DLPack, buffers), without importing torch.
+//! Floats must be float16 or float32: float64 and bfloat16 raise `TypeError` naming the
+//! argument and the dtype, because a silent cast would hide a copy and a precision change.
+//! Any strides are accepted; a copy is made only when the input is not C-contiguous (or must
+//! become owned, as keys do, or f32, as float16 queries do).
+
+use crate::errors::{type_error, value_error};
+use half::f16;
+use numpy::{
+    dtype, Element, PyArray1, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn,
+    PyUntypedArray, PyUntypedArrayMethods,
+};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use std::borrow::Cow;
+
+static NUMPY: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+
+/// The `numpy` module, imported once.
+pub fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    Ok(NUMPY
+        .get_or_try_init(py, || py.import("numpy").map(Bound::unbind))?
+        .bind(py))
+}
+
+/// A shape as Python prints it: `(2, 64)`.
+pub fn shape_str(shape: &[usize]) -> String {
+    match shape {
+        [one] => format!("({one},)"),
+        _ => format!(
+            "({})",
+            shape
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// `obj` as a numpy array: itself when it is one, else through `numpy.asarray` (`__array__`,
+/// buffer protocol) or `numpy.from_dlpack` (objects that only speak DLPack).
+pub fn ndarray<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyUntypedArray>> {
+    if let Ok(a) = obj.cast::<PyUntypedArray>() {
+        return Ok(a.clone());
+    }
+    let py = obj.py();
+    // numpy has no bfloat16: name the dtype before torch's conversion fails less clearly.
+    if let Ok(dt) = obj.getattr(intern!(py, "dtype")) {
+        let s = dt.str()?.to_string();
+        if s.contains("bfloat16") {
+            return Err(type_error(format!(
+                "{name}: expected float16 or float32, got {s} (no silent casts: convert it, \
+                 e.g. tensor.float() or tensor.half())"
+            )));
+        }
+    }
+    let np = numpy(py)?;
+    let dlpack_only =
+        !obj.hasattr(intern!(py, "__array__"))? && obj.hasattr(intern!(py, "__dlpack__"))?;
+    let converted = if dlpack_only {
+        np.call_method1(intern!(py, "from_dlpack"), (obj,))
+    } else {
+        np.call_method1(intern!(py, "asarray"), (obj,))
+    };
+    let converted = converted.map_err(|e| {
+        let tname = obj
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_else(|_| "?".into());
+        type_error(format!(
+            "{name}: cannot read a {tname} as a numpy array (CPU tensors and arrays only): {e}"
+        ))
+    })?;
+    Ok(converted.cast_into::<PyUntypedArray>()?)
+}
+
+/// A float16 or float32 input, borrowed read-only.
+pub enum FloatArray<'py> {
+    F16(PyReadonlyArrayDyn<'py, f16>),
+    F32(PyReadonlyArrayDyn<'py, f32>),
+}
+
+/// Which shapes an argument accepts.
+#[derive(Clone, Copy, Debug)]
+pub enum Shape {
+    /// 2-D `[n, d]` only.
+    Matrix,
+    /// 1-D `[d]` (one row) or 2-D `[b, d]`.
+    Vectors,
+}
+
+/// Rows of an input: `rows × dim` row-major values, borrowed when the input allowed it.
+#[derive(Debug)]
+pub struct Rows<'a, T: Clone> {
+    pub data: Cow<'a, [T]>,
+    pub rows: usize,
+    pub dim: usize,
+    /// The input was 1-D (one row): results are 1-D too.
+    pub one_d: bool,
+}
+
+/// Reads `obj` as a float16 or float32 array; other dtypes raise `TypeError`.
+pub fn float_array<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<FloatArray<'py>> {
+    let py = obj.py();
+    let arr = ndarray(obj, name)?;
+    let dt = arr.dtype();
+    if dt.is_equiv_to(&dtype::<f32>(py)) {
+        Ok(FloatArray::F32(
+            arr.cast::<PyArrayDyn<f32>>()?.try_readonly()?,
+        ))
+    } else if dt.is_equiv_to(&dtype::<f16>(py)) {
+        Ok(FloatArray::F16(
+            arr.cast::<PyArrayDyn<f16>>()?.try_readonly()?,
+        ))
+    } else {
+        Err(type_error(format!(
+            "{name}: expected float16 or float32, got {} (no silent casts: convert it, e.g. \
+             .astype(numpy.float32))",
+            dt.str()?
+        )))
+    }
+}
+
+/// Checks the shape of an input against `shape` and the expected row length `dim`.
+fn check_shape(
+    name: &str,
+    got: &[usize],
+    shape: Shape,
+    dim: Option<usize>,
+) -> PyResult<(usize, usize, bool)> {
+    let want = match (shape, dim) {
+        (Shape::Matrix, Some(d)) => format!("[n, {d}]"),
+        (Shape::Matrix, None) => "[n, d] (2-D)".to_string(),
+        (Shape::Vectors, Some(d)) => format!("[b, {d}] or [{d}]"),
+        (Shape::Vectors, None) => "[b, d] or [d]".to_string(),
+    };
+    let bad = || {
+        value_error(format!(
+            "{name}: expected shape {want}, got {}",
+            shape_str(got)
+        ))
+    };
+    let (rows, cols, one_d) = match (shape, got) {
+        (Shape::Vectors, [d]) => (1, *d, true),
+        (_, [n, d]) => (*n, *d, false),
+        _ => return Err(bad()),
+    };
+    if cols == 0 || dim.is_some_and(|d| d != cols) {
+        return Err(bad());
+    }
+    Ok((rows, cols, one_d))
+}
+
+/// The rows of a borrowed array: the buffer itself when C-contiguous, else a copy in logical
+/// (row-major) order.
+fn rows_of<'a, T: Element + Clone>(
+    a: &'a PyReadonlyArrayDyn<'_, T>,
+    name: &str,
+    shape: Shape,
+    dim: Option<usize>,
+) -> PyResult<Rows<'a, T>> {
+    let (rows, dim, one_d) = check_shape(name, a.shape(), shape, dim)?;
+    let data = match a.as_slice() {
+        Ok(s) if a.is_c_contiguous() => Cow::Borrowed(s),
+        _ => Cow::Owned(a.as_array().iter().cloned().collect()),
+    };
+    Ok(Rows {
+        data,
+        rows,
+        dim,
+        one_d,
+    })
+}
+
+impl FloatArray<'_> {
+    /// The rows as f32 (float16 input is converted), finite-checked.
+    pub fn rows_f32(
+        &self,
+        name: &str,
+        shape: Shape,
+        dim: Option<usize>,
+    ) -> PyResult<Rows<'_, f32>> {
+        let r = match self {
+            FloatArray::F32(a) => rows_of(a, name, shape, dim)?,
+            FloatArray::F16(a) => {
+                let r = rows_of(a, name, shape, dim)?;
+                Rows {
+                    data: Cow::Owned(r.data.iter().map(|x| x.to_f32()).collect()),
+                    rows: r.rows,
+                    dim: r.dim,
+                    one_d: r.one_d,
+                }
+            }
+        };
+        check_finite(name, &r.data, r.dim, f32::is_finite)?;
+        Ok(r)
+    }
+
+    /// Keys as an owned store in the input's element type (float16 stays float16).
+    pub fn key_store(&self, name: &str, dim: Option<usize>) -> PyResult<qkindex::KeyStore> {
+        let no_rows = || {
+            value_error(format!(
+                "{name}: expected at least one row, got shape (0, d)"
+            ))
+        };
+        let store = match self {
+            FloatArray::F32(a) => {
+                let r = rows_of(a, name, Shape::Matrix, dim)?;
+                if r.rows == 0 {
+                    return Err(no_rows());
+                }
+                check_finite(name, &r.data, r.dim, f32::is_finite)?;
+                qkindex::KeyStore::from_f32(r.data.into_owned(), r.dim)
+            }
+            FloatArray::F16(a) => {
+                let r = rows_of(a, name, Shape::Matrix, dim)?;
+                if r.rows == 0 {
+                    return Err(no_rows());
+                }
+                check_finite(name, &r.data, r.dim, f16::is_finite)?;
+                qkindex::KeyStore::from_f16(r.data.into_owned(), r.dim)
+            }
+        };
+        store.map_err(crate::errors::to_py)
+    }
+}
+
+/// `ValueError` naming the first row of `data` (`dim` columns) that holds NaN or infinity.
+pub fn check_finite<T: Copy>(
+    name: &str,
+    data: &[T],
+    dim: usize,
+    finite: fn(T) -> bool,
+) -> PyResult<()> {
+    match data.iter().position(|&x| !finite(x)) {
+        Some(i) => Err(value_error(format!(
+            "{name}: non-finite value (NaN or infinity) in row {}",
+            i / dim.max(1)
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Reads an integer array (ids) as int64; other integer types are widened, floats raise
+/// `TypeError`.
+pub fn id_array<'py>(
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+) -> PyResult<PyReadonlyArrayDyn<'py, i64>> {
+    let py = obj.py();
+    let arr = ndarray(obj, name)?;
+    let dt = arr.dtype();
+    if dt.is_equiv_to(&dtype::<i64>(py)) {
+        return Ok(arr.cast::<PyArrayDyn<i64>>()?.try_readonly()?);
+    }
+    if matches!(dt.kind(), b'i' | b'u') {
+        let wide = arr.call_method1(intern!(py, "astype"), ("int64",))?;
+        return Ok(wide.cast::<PyArrayDyn<i64>>()?.try_readonly()?);
+    }
+    Err(type_error(format!(
+        "{name}: expected an integer array of ids, got {}",
+        dt.str()?
+    )))
+}
+
+/// A 1-D (`one_d`) or `rows × cols` numpy array that takes ownership of `data`.
+pub fn to_numpy<'py, T: Element>(
+    py: Python<'py>,
+    data: Vec<T>,
+    rows: usize,
+    cols: usize,
+    one_d: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let a = PyArray1::from_vec(py, data);
+    if one_d {
+        Ok(a.into_any())
+    } else {
+        Ok(a.reshape([rows, cols])?.into_any())
+    }
+}
+
+/// Converts a `u32` id with [`qkindex::KnnResult::PAD`] padding to the Python convention (−1).
+pub fn py_id(id: u32) -> i64 {
+    if id == qkindex::KnnResult::PAD {
+        -1
+    } else {
+        i64::from(id)
+    }
+}
+
+/// A non-negative count from a Python int, as `ValueError` naming the argument otherwise.
+pub fn count(name: &str, value: i64, min: i64) -> PyResult<usize> {
+    if value < min {
+        return Err(value_error(format!(
+            "{name}: must be at least {min}, got {value}"
+        )));
+    }
+    usize::try_from(value).map_err(|_| value_error(format!("{name}: {value} is too large")))
+}

@@ -1,0 +1,446 @@
+//! The index classes and their search.
+//!
+//! `search` accepts one query (1-D `[d]`, results 1-D) or a batch (2-D `[b, d]`, results
+//! `[b, k]`). A batch of two or more queries is split over rayon's global thread pool (size:
+//! `RAYON_NUM_THREADS`, default the number of CPUs); one query runs on the calling thread. The
+//! GIL is released while searching, so searches from several Python threads run in parallel.
+//! Results shorter than `k` are padded with id −1 and score −inf.
+
+use crate::arrays::{count, float_array, to_numpy, Shape};
+use crate::errors::{to_py, value_error};
+use crate::run::interruptible;
+use pyo3::prelude::*;
+use qkindex::{AnnIndex, AttentionParams, CpuKnn, Scratch, SearchOutput, SearchParams};
+use rayon::prelude::*;
+use std::sync::{Arc, Mutex};
+
+/// Scratches kept per index for reuse (more concurrent searches allocate their own).
+const POOL_CAP: usize = 64;
+
+/// Search buffers reused across calls, so a single-query search allocates only its results.
+#[derive(Debug, Default)]
+pub struct Pool(Mutex<Vec<(Scratch, SearchOutput)>>);
+
+/// A pooled scratch that goes back to its pool when dropped.
+struct Pooled<'a> {
+    pool: &'a Pool,
+    item: Option<(Scratch, SearchOutput)>,
+}
+
+impl Pool {
+    fn take<'a>(&'a self, index: &dyn AnnIndex) -> Pooled<'a> {
+        let got = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .pop();
+        Pooled {
+            pool: self,
+            item: Some(got.unwrap_or_else(|| (index.new_scratch(), SearchOutput::default()))),
+        }
+    }
+}
+
+impl Drop for Pooled<'_> {
+    fn drop(&mut self) {
+        if let Some(item) = self.item.take() {
+            let mut free = self
+                .pool
+                .0
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if free.len() < POOL_CAP {
+                free.push(item);
+            }
+        }
+    }
+}
+
+impl Pooled<'_> {
+    fn search(
+        &mut self,
+        index: &dyn AnnIndex,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+    ) -> qkindex::Result<&SearchOutput> {
+        let (scratch, out) = self
+            .item
+            .get_or_insert_with(|| (index.new_scratch(), SearchOutput::default()));
+        index.search_into(query, k, params, scratch, out)?;
+        Ok(out)
+    }
+}
+
+/// Results of `search`: `ids` (int64, −1 padding) and `scores` (float32, inner products,
+/// descending, −inf padding) of shape `[b, k]` (`[k]` for a 1-D query), and
+/// `distance_computations` (int64 `[b]`, a scalar for a 1-D query).
+#[derive(Debug)]
+#[pyclass(frozen, module = "qkindex")]
+pub struct SearchResult {
+    #[pyo3(get)]
+    ids: Py<PyAny>,
+    #[pyo3(get)]
+    scores: Py<PyAny>,
+    #[pyo3(get)]
+    distance_computations: Py<PyAny>,
+}
+
+#[pymethods]
+impl SearchResult {
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "SearchResult(ids={}, scores={}, distance_computations={})",
+            self.ids.bind(py).repr()?,
+            self.scores.bind(py).repr()?,
+            self.distance_computations.bind(py).repr()?
+        ))
+    }
+}
+
+/// Searches `queries` (1-D or 2-D) on `index`: the shared body of every kind's `search`.
+pub fn search_any(
+    py: Python<'_>,
+    index: &dyn AnnIndex,
+    pool: &Pool,
+    queries: &Bound<'_, PyAny>,
+    k: i64,
+    params: &SearchParams,
+) -> PyResult<SearchResult> {
+    let k = count("k", k, 1)?;
+    if k > index.len() {
+        return Err(value_error(format!(
+            "k: must be at most the number of keys ({}), got {k}",
+            index.len()
+        )));
+    }
+    let arr = float_array(queries, "queries")?;
+    let q = arr.rows_f32("queries", Shape::Vectors, Some(index.dim()))?;
+    let (b, d) = (q.rows, q.dim);
+    let mut ids = vec![-1i64; b * k];
+    let mut scores = vec![f32::NEG_INFINITY; b * k];
+    let mut dcs = vec![0i64; b];
+    let data: &[f32] = &q.data;
+    let write = |out: &SearchOutput, ids: &mut [i64], scores: &mut [f32], dc: &mut i64| {
+        for (slot, &id) in ids.iter_mut().zip(&out.ids) {
+            *slot = i64::from(id);
+        }
+        scores[..out.scores.len()].copy_from_slice(&out.scores);
+        *dc = i64::try_from(out.stats.distance_computations).unwrap_or(i64::MAX);
+    };
+    py.detach(|| -> qkindex::Result<()> {
+        if b <= 1 {
+            let mut pooled = pool.take(index);
+            for (((query, ids), scores), dc) in data
+                .chunks_exact(d)
+                .zip(ids.chunks_mut(k))
+                .zip(scores.chunks_mut(k))
+                .zip(dcs.iter_mut())
+            {
+                write(pooled.search(index, query, k, params)?, ids, scores, dc);
+            }
+            Ok(())
+        } else {
+            data.par_chunks_exact(d)
+                .zip(ids.par_chunks_mut(k))
+                .zip(scores.par_chunks_mut(k))
+                .zip(dcs.par_iter_mut())
+                .try_for_each_init(
+                    || pool.take(index),
+                    |pooled, (((query, ids), scores), dc)| {
+                        write(pooled.search(index, query, k, params)?, ids, scores, dc);
+                        Ok(())
+                    },
+                )
+        }
+    })
+    .map_err(to_py)?;
+    let dcs = to_numpy(py, dcs, b, 1, true)?;
+    let distance_computations = if q.one_d { dcs.get_item(0)? } else { dcs };
+    Ok(SearchResult {
+        ids: to_numpy(py, ids, b, k, q.one_d)?.unbind(),
+        scores: to_numpy(py, scores, b, k, q.one_d)?.unbind(),
+        distance_computations: distance_computations.unbind(),
+    })
+}
+
+/// The kNN backend for a `device` argument. Only the CPU exists in this build.
+pub fn knn_backend(device: &str) -> PyResult<CpuKnn> {
+    match device {
+        "auto" | "cpu" => Ok(CpuKnn),
+        d if d.starts_with("cuda") || d == "gpu" => Err(value_error(format!(
+            "device: {d:?} is unavailable: this build of qkindex has no GPU backend; use \
+             \"cpu\" or \"auto\""
+        ))),
+        d => Err(value_error(format!(
+            "device: expected \"auto\", \"cpu\" or \"cuda\", got {d:?}"
+        ))),
+    }
+}
+
+/// `json.loads` of a serializable value (build stats, parameters).
+pub fn to_py_json<'py>(
+    py: Python<'py>,
+    value: &impl serde::Serialize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let text = serde_json::to_string(value)
+        .map_err(|e| value_error(format!("internal error: cannot serialize: {e}")))?;
+    py.import("json")?.call_method1("loads", (text,))
+}
+
+/// Query-aware graph index (DESIGN.md §1) over one head's keys, built from training queries.
+#[derive(Debug)]
+#[pyclass(frozen, module = "qkindex")]
+pub struct AttentionIndex {
+    pub inner: Arc<qkindex::AttentionIndex>,
+    pool: Pool,
+}
+
+#[pymethods]
+impl AttentionIndex {
+    /// Builds the index over `keys` (`[n, d]`, float16 or float32; stored as given) from
+    /// `train_queries` (`[m, d]`, the head's prefill queries).
+    #[staticmethod]
+    #[pyo3(signature = (keys, train_queries, *, kq=100, max_degree=32, build_ef=200, default_ef=128, causal=false, device="auto"))]
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        train_queries: &Bound<'_, PyAny>,
+        kq: i64,
+        max_degree: i64,
+        build_ef: i64,
+        default_ef: i64,
+        causal: bool,
+        device: &str,
+    ) -> PyResult<Self> {
+        let knn = knn_backend(device)?;
+        let params = AttentionParams {
+            kq: count("kq", kq, 1)?,
+            max_degree: count("max_degree", max_degree, 1)?,
+            build_ef: count("build_ef", build_ef, 1)?,
+            default_ef: count("default_ef", default_ef, 1)?,
+            causal,
+            ..AttentionParams::default()
+        };
+        let store = Arc::new(float_array(keys, "keys")?.key_store("keys", None)?);
+        let tq = float_array(train_queries, "train_queries")?;
+        let train = tq.rows_f32("train_queries", Shape::Matrix, Some(store.dim()))?;
+        if train.rows == 0 {
+            return Err(value_error(format!(
+                "train_queries: expected at least one row, got shape (0, {})",
+                store.dim()
+            )));
+        }
+        let train: &[f32] = &train.data;
+        let inner = interruptible(py, |cancel| {
+            qkindex::AttentionIndex::build_with(store, train, &params, &knn, cancel)
+        })?;
+        Ok(AttentionIndex {
+            inner: Arc::new(inner),
+            pool: Pool::default(),
+        })
+    }
+
+    /// Top-`k` keys by inner product for each query (`[b, d]` or `[d]`), with a candidate
+    /// list of `ef ≥ k` (None: the index default, raised to `k`).
+    #[pyo3(signature = (queries, k=100, ef=None))]
+    fn search(
+        &self,
+        py: Python<'_>,
+        queries: &Bound<'_, PyAny>,
+        k: i64,
+        ef: Option<i64>,
+    ) -> PyResult<SearchResult> {
+        let params = SearchParams {
+            ef: ef.map(|e| count("ef", e, 1)).transpose()?,
+            ..SearchParams::default()
+        };
+        search_any(py, self.inner.as_ref(), &self.pool, queries, k, &params)
+    }
+
+    /// Number of keys.
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Key dimension.
+    #[getter]
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+
+    /// Element type of the stored keys: "float16" or "float32".
+    #[getter]
+    fn dtype(&self) -> String {
+        self.inner.keys().dtype().to_string()
+    }
+
+    /// Build parameters, as a dict.
+    #[getter]
+    fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py_json(py, self.inner.params())
+    }
+
+    /// What the build did and how long each phase took (seconds), as a dict.
+    #[getter]
+    fn build_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py_json(py, self.inner.build_stats())
+    }
+
+    /// Writes the index with its keys to one self-contained file (atomically; docs/FORMAT.md).
+    fn save(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+        py.detach(|| self.inner.save(&path)).map_err(to_py)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "AttentionIndex(n={}, dim={}, dtype={}, edges={})",
+            self.inner.len(),
+            self.inner.dim(),
+            self.inner.keys().dtype(),
+            self.inner.graph().edges()
+        )
+    }
+}
+
+/// Exact top-k by scanning every key (`scanned = 1`): the yardstick.
+#[derive(Debug)]
+#[pyclass(frozen, module = "qkindex")]
+pub struct FlatIndex {
+    pub inner: Arc<qkindex::FlatIndex>,
+    pool: Pool,
+}
+
+#[pymethods]
+impl FlatIndex {
+    /// A flat index over `keys` (`[n, d]`, float16 or float32; stored as given).
+    #[staticmethod]
+    #[pyo3(signature = (keys))]
+    fn build(keys: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let store = float_array(keys, "keys")?.key_store("keys", None)?;
+        Ok(FlatIndex {
+            inner: Arc::new(qkindex::FlatIndex::new(Arc::new(store))),
+            pool: Pool::default(),
+        })
+    }
+
+    /// Exact top-`k` keys by inner product for each query (`[b, d]` or `[d]`).
+    #[pyo3(signature = (queries, k=100))]
+    fn search(&self, py: Python<'_>, queries: &Bound<'_, PyAny>, k: i64) -> PyResult<SearchResult> {
+        search_any(
+            py,
+            self.inner.as_ref(),
+            &self.pool,
+            queries,
+            k,
+            &SearchParams::default(),
+        )
+    }
+
+    /// Number of keys.
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Key dimension.
+    #[getter]
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+
+    /// Element type of the stored keys: "float16" or "float32".
+    #[getter]
+    fn dtype(&self) -> String {
+        self.inner.keys().dtype().to_string()
+    }
+
+    /// Writes the index with its keys to one self-contained file (atomically; docs/FORMAT.md).
+    fn save(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+        py.detach(|| self.inner.save(&path)).map_err(to_py)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "FlatIndex(n={}, dim={}, dtype={})",
+            self.inner.len(),
+            self.inner.dim(),
+            self.inner.keys().dtype()
+        )
+    }
+}
+
+/// Opens an index file written by `save` (any kind that can be saved). With `mmap=True` the
+/// index searches the file's mapped pages (opened without a copy); `mmap=False` reads the file
+/// into memory first. `verify=True` checks every section checksum, the graph and the keys on
+/// open; `False` opens in O(1). Raises `FormatError` for a damaged or foreign file.
+#[pyfunction]
+#[pyo3(signature = (path, mmap=true, verify=true))]
+pub fn load(
+    py: Python<'_>,
+    path: std::path::PathBuf,
+    mmap: bool,
+    verify: bool,
+) -> PyResult<Py<PyAny>> {
+    let opts = qkindex::io::LoadOptions { verify };
+    let any = py
+        .detach(|| {
+            if mmap {
+                qkindex::io::load(&path, &opts)
+            } else {
+                let bytes = std::fs::read(&path).map_err(|e| qkindex::Error::io(&path, e))?;
+                qkindex::io::load_bytes(&bytes, &path, &opts)
+            }
+        })
+        .map_err(to_py)?;
+    Ok(match any {
+        qkindex::io::AnyIndex::Attention(a) => Py::new(
+            py,
+            AttentionIndex {
+                inner: Arc::new(a),
+                pool: Pool::default(),
+            },
+        )?
+        .into_any(),
+        qkindex::io::AnyIndex::Flat(f) => Py::new(
+            py,
+            FlatIndex {
+                inner: Arc::new(f),
+                pool: Pool::default(),
+            },
+        )?
+        .into_any(),
+        // Kinds the core learns to save later surface as a clear error until they are wrapped.
+        other => {
+            return Err(crate::errors::type_error(format!(
+                "{}: a {} index, which these bindings cannot open yet",
+                path.display(),
+                other.kind().name()
+            )))
+        }
+    })
+}
+
+/// The `AnnIndex` behind a Python index object of any kind.
+pub fn any_index(obj: &Bound<'_, PyAny>) -> PyResult<Arc<dyn AnnIndex>> {
+    use crate::kinds::{HnswIndex, IvfIndex, VamanaIndex};
+    if let Ok(a) = obj.cast::<AttentionIndex>() {
+        return Ok(a.get().inner.clone());
+    }
+    if let Ok(f) = obj.cast::<FlatIndex>() {
+        return Ok(f.get().inner.clone());
+    }
+    if let Ok(h) = obj.cast::<HnswIndex>() {
+        return Ok(h.get().inner.clone());
+    }
+    if let Ok(i) = obj.cast::<IvfIndex>() {
+        return Ok(i.get().inner.clone());
+    }
+    if let Ok(v) = obj.cast::<VamanaIndex>() {
+        return Ok(v.get().inner.clone());
+    }
+    Err(crate::errors::type_error(format!(
+        "index: expected a qkindex index, got {}",
+        obj.get_type().name()?
+    )))
+}

@@ -1,0 +1,276 @@
+//! The baseline index kinds: `HnswIndex`, `IvfIndex`, `VamanaIndex` (DESIGN.md §3). They share
+//! `search_any` (batching, padding, GIL release) with the other kinds; their builds run
+//! interruptibly like `AttentionIndex.build`.
+
+use crate::arrays::{count, float_array, Shape};
+use crate::errors::value_error;
+use crate::index::{knn_backend, search_any, to_py_json, Pool};
+use crate::run::interruptible;
+use pyo3::prelude::*;
+use qkindex::{AnnIndex, HnswParams, IvfParams, SearchParams, VamanaParams};
+use std::sync::Arc;
+
+/// HNSW over the keys: on the MIPS→L2 reduction (default) or plain inner product.
+#[derive(Debug)]
+#[pyclass(frozen, module = "qkindex")]
+pub struct HnswIndex {
+    pub inner: Arc<qkindex::HnswIndex>,
+    pool: Pool,
+}
+
+#[pymethods]
+impl HnswIndex {
+    /// Builds HNSW over `keys` (`[n, d]`, float16 or float32; stored as given).
+    #[staticmethod]
+    #[pyo3(signature = (keys, *, m=16, ef_construction=200, l2_reduction=true, seed=100))]
+    fn build(
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        m: i64,
+        ef_construction: i64,
+        l2_reduction: bool,
+        seed: u64,
+    ) -> PyResult<Self> {
+        let params = HnswParams {
+            m: count("m", m, 2)?,
+            ef_construction: count("ef_construction", ef_construction, 1)?,
+            l2_reduction,
+            seed,
+            ..HnswParams::default()
+        };
+        let store = Arc::new(float_array(keys, "keys")?.key_store("keys", None)?);
+        let inner = interruptible(py, |cancel| {
+            qkindex::HnswIndex::build_with(store, &params, cancel)
+        })?;
+        Ok(HnswIndex {
+            inner: Arc::new(inner),
+            pool: Pool::default(),
+        })
+    }
+
+    /// Top-`k` keys by inner product for each query (`[b, d]` or `[d]`), with a candidate
+    /// list of `ef ≥ k` (None: the index default, raised to `k`).
+    #[pyo3(signature = (queries, k=100, ef=None))]
+    fn search(
+        &self,
+        py: Python<'_>,
+        queries: &Bound<'_, PyAny>,
+        k: i64,
+        ef: Option<i64>,
+    ) -> PyResult<crate::index::SearchResult> {
+        let params = SearchParams {
+            ef: ef.map(|e| count("ef", e, 1)).transpose()?,
+            ..SearchParams::default()
+        };
+        search_any(py, self.inner.as_ref(), &self.pool, queries, k, &params)
+    }
+
+    /// Number of keys.
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Key dimension.
+    #[getter]
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+
+    /// Build parameters, as a dict.
+    #[getter]
+    fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py_json(py, self.inner.params())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "HnswIndex(n={}, dim={})",
+            self.inner.len(),
+            self.inner.dim()
+        )
+    }
+}
+
+/// IVF-Flat: k-means lists (spherical centroids), `nprobe` lists scanned per query.
+#[derive(Debug)]
+#[pyclass(frozen, module = "qkindex")]
+pub struct IvfIndex {
+    pub inner: Arc<qkindex::IvfIndex>,
+    pool: Pool,
+}
+
+#[pymethods]
+impl IvfIndex {
+    /// Builds IVF over `keys` with `nlist` lists (None: `round(4·√n)`) and `iters` Lloyd
+    /// iterations.
+    #[staticmethod]
+    #[pyo3(signature = (keys, *, nlist=None, iters=10, seed=0))]
+    fn build(
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        nlist: Option<i64>,
+        iters: i64,
+        seed: u64,
+    ) -> PyResult<Self> {
+        let params = IvfParams {
+            nlist: nlist.map(|n| count("nlist", n, 1)).transpose()?,
+            iters: count("iters", iters, 0)?,
+            seed,
+            ..IvfParams::default()
+        };
+        let store = float_array(keys, "keys")?.key_store("keys", None)?;
+        let store = &store;
+        let inner = interruptible(py, |cancel| {
+            qkindex::IvfIndex::build_with(store, &params, cancel)
+        })?;
+        Ok(IvfIndex {
+            inner: Arc::new(inner),
+            pool: Pool::default(),
+        })
+    }
+
+    /// Top-`k` keys by inner product for each query, scanning the `nprobe` lists whose
+    /// centroids score highest (None: the index default).
+    #[pyo3(signature = (queries, k=100, nprobe=None))]
+    fn search(
+        &self,
+        py: Python<'_>,
+        queries: &Bound<'_, PyAny>,
+        k: i64,
+        nprobe: Option<i64>,
+    ) -> PyResult<crate::index::SearchResult> {
+        let params = SearchParams {
+            nprobe: nprobe.map(|e| count("nprobe", e, 1)).transpose()?,
+            ..SearchParams::default()
+        };
+        search_any(py, self.inner.as_ref(), &self.pool, queries, k, &params)
+    }
+
+    /// Number of keys.
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Key dimension.
+    #[getter]
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+
+    /// Number of lists.
+    #[getter]
+    fn nlist(&self) -> usize {
+        self.inner.nlist()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "IvfIndex(n={}, dim={}, nlist={})",
+            self.inner.len(),
+            self.inner.dim(),
+            self.inner.nlist()
+        )
+    }
+}
+
+/// Vamana (DiskANN) graph; `robust=True` builds RobustVamana (OOD-DiskANN), which needs
+/// `train_queries`.
+#[derive(Debug)]
+#[pyclass(frozen, module = "qkindex")]
+pub struct VamanaIndex {
+    pub inner: Arc<qkindex::VamanaIndex>,
+    pool: Pool,
+}
+
+#[pymethods]
+impl VamanaIndex {
+    /// Builds Vamana over `keys` with degree bound `r`, build list size `l` and pruning factor
+    /// `alpha`.
+    #[staticmethod]
+    #[pyo3(signature = (keys, *, r=64, l=100, alpha=1.2, train_queries=None, robust=false, seed=0, device="auto"))]
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        r: i64,
+        l: i64,
+        alpha: f32,
+        train_queries: Option<&Bound<'_, PyAny>>,
+        robust: bool,
+        seed: u64,
+        device: &str,
+    ) -> PyResult<Self> {
+        let knn = knn_backend(device)?;
+        let params = VamanaParams {
+            r: count("r", r, 1)?,
+            l: count("l", l, 1)?,
+            alpha,
+            robust,
+            seed,
+            ..VamanaParams::default()
+        };
+        let store = Arc::new(float_array(keys, "keys")?.key_store("keys", None)?);
+        let tq = train_queries
+            .map(|t| float_array(t, "train_queries"))
+            .transpose()?;
+        let train = tq
+            .as_ref()
+            .map(|t| t.rows_f32("train_queries", Shape::Matrix, Some(store.dim())))
+            .transpose()?;
+        if robust && train.is_none() {
+            return Err(value_error(
+                "train_queries: robust=True needs training queries [m, d]",
+            ));
+        }
+        let train: Option<&[f32]> = train.as_ref().map(|t| &*t.data);
+        let inner = interruptible(py, |cancel| {
+            qkindex::VamanaIndex::build_with(store, train, &params, &knn, cancel)
+        })?;
+        Ok(VamanaIndex {
+            inner: Arc::new(inner),
+            pool: Pool::default(),
+        })
+    }
+
+    /// Top-`k` keys by inner product for each query, with a candidate list of `ef ≥ k`.
+    #[pyo3(signature = (queries, k=100, ef=None))]
+    fn search(
+        &self,
+        py: Python<'_>,
+        queries: &Bound<'_, PyAny>,
+        k: i64,
+        ef: Option<i64>,
+    ) -> PyResult<crate::index::SearchResult> {
+        let params = SearchParams {
+            ef: ef.map(|e| count("ef", e, 1)).transpose()?,
+            ..SearchParams::default()
+        };
+        search_any(py, self.inner.as_ref(), &self.pool, queries, k, &params)
+    }
+
+    /// Number of keys.
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Key dimension.
+    #[getter]
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+
+    /// Build parameters, as a dict.
+    #[getter]
+    fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py_json(py, self.inner.params())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "VamanaIndex(n={}, dim={}, robust={})",
+            self.inner.len(),
+            self.inner.dim(),
+            self.inner.params().robust
+        )
+    }
+}

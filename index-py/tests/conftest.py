@@ -1,0 +1,46 @@
+"""Shared fixtures: small seeded OOD-like data and the bundled real dump subset."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SUBSET = REPO / "data" / "smollm2-8k-subset"
+
+
+def ood_data(n=2000, m=400, b=32, d=32, seed=0):
+    """Keys and queries from different distributions (queries shifted and scaled), f32."""
+    rng = np.random.default_rng(seed)
+    keys = rng.standard_normal((n, d)).astype(np.float32)
+    shift = rng.standard_normal(d).astype(np.float32) * 2.0
+    train = (rng.standard_normal((m, d)) * 0.7 + shift).astype(np.float32)
+    test = (rng.standard_normal((b, d)) * 0.7 + shift).astype(np.float32)
+    return keys, train, test
+
+
+def brute_topk(queries, keys, k):
+    """numpy reference: ids and scores of the k largest inner products, best first."""
+    s = np.asarray(queries, np.float64) @ np.asarray(keys, np.float64).T
+    ids = np.argsort(-s, axis=-1, kind="stable")[..., :k]
+    return ids, np.take_along_axis(s, ids, axis=-1)
+
+
+@pytest.fixture(scope="session")
+def data():
+    return ood_data()
+
+
+@pytest.fixture(scope="session")
+def attention_index(data):
+    import qkindex
+
+    keys, train, _ = data
+    return qkindex.AttentionIndex.build(keys, train, kq=50, max_degree=24)
+
+
+@pytest.fixture(scope="session")
+def subset():
+    if not (SUBSET / "manifest.json").is_file():
+        pytest.skip(f"bundled dump subset not found at {SUBSET}")
+    return SUBSET
