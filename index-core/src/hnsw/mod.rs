@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `params.rs` | build parameters ([`HnswParams`]) |
 //! | `build.rs` | levels, batched parallel insertion, the neighbour-selection heuristic |
+//! | `upper.rs` | the levels above 0 in one compact CSR ([`UpperLevels`]), owned or mapped |
 //! | `mod.rs` | the index and its search |
 //!
 //! Two modes ([`HnswParams::l2_reduction`]): HNSW built on the MIPS→L2 reduction (keys get
