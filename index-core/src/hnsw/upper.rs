@@ -109,7 +109,7 @@ impl UpperLevels {
 
     /// The full scan: level starts never decrease, node ids increase within a level and are
     /// `< n`, offsets never decrease, neighbour ids are `< n`. On failure returns
-    /// `(array, reason)` as [`UpperLevels::from_bufs`] does (`array` also `nodes`, `neighbors`).
+    /// `(array, reason)`, `array` one of `starts`, `nodes`, `offsets`, `neighbors`.
     pub fn validate(&self, n: usize) -> Result<(), (&'static str, String)> {
         if let Some(l) = self.starts().windows(2).position(|w| w[0] > w[1]) {
             return Err((
