@@ -19,6 +19,8 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Recall benchmark of index kinds on a dump (recall, scanned fraction, QPS, build time).
     Bench(cmd::bench::BenchArgs),

@@ -137,7 +137,7 @@ fn assert_mapped(name: &str, index: &AnyIndex) {
                 !h.upper().is_empty(),
                 "{name}: the fixture should have upper levels"
             );
-            assert!(h.upper().iter().all(|g| g.is_mapped()), "{name}: upper");
+            assert!(h.upper().is_mapped(), "{name}: upper");
         }
         AnyIndex::Ivf(i) => assert!(i.is_mapped(), "{name}: lists"),
         AnyIndex::Vamana(v) => assert!(v.graph().is_mapped(), "{name}: graph"),
@@ -353,6 +353,8 @@ fn every_section_of_every_kind_is_present_as_documented() {
             "csr_offsets",
             "csr_neighbors",
             "entry_points",
+            "hnsw_level_starts",
+            "hnsw_upper_nodes",
             "hnsw_upper_offsets",
             "hnsw_upper_neighbors",
             "params"
@@ -445,21 +447,41 @@ fn hnsw_upper_levels_are_checked() {
     let f = fixture();
     let (kind, b) = &f.bytes[0];
     assert_eq!(*kind, "hnsw-f16");
-    let c = with_u32(b, SectionKind::HNSW_UPPER_NEIGHBORS, 0, N as u32);
-    expect_error(kind, &c, "hnsw_upper_neighbors");
+    let hnsw = f.indexes[0].1.as_hnsw().expect("hnsw");
+    let (levels, pairs) = (hnsw.upper().len(), hnsw.upper().nodes().len());
+    assert!(levels >= 2, "the fixture should have several upper levels");
+    // Neighbour ids at or above n.
+    for (i, v) in [(0, N as u32), (1, u32::MAX)] {
+        let c = with_u32(b, SectionKind::HNSW_UPPER_NEIGHBORS, i, v);
+        expect_error(kind, &c, "hnsw_upper_neighbors");
+        unverified_search_is_safe(&c);
+    }
+    // Node ids: at or above n, and out of order (binary search needs them increasing).
+    let c = with_u32(b, SectionKind::HNSW_UPPER_NODES, 0, N as u32);
+    expect_error(kind, &c, "hnsw_upper_nodes");
     unverified_search_is_safe(&c);
-    let c = with_u32(b, SectionKind::HNSW_UPPER_NEIGHBORS, 1, u32::MAX);
-    expect_error(kind, &c, "hnsw_upper_neighbors");
+    let c = with_u32(b, SectionKind::HNSW_UPPER_NODES, 1, 0);
+    expect_error(kind, &c, "hnsw_upper_nodes");
     unverified_search_is_safe(&c);
-    // Level 1's offsets: not starting at 0, decreasing, and a last offset past the ids.
+    // Offsets: not starting at 0, decreasing, a last offset past the ids.
     let c = with_u32(b, SectionKind::HNSW_UPPER_OFFSETS, 0, 1);
     expect_error(kind, &c, "hnsw_upper_offsets");
     let c = with_u32(b, SectionKind::HNSW_UPPER_OFFSETS, 7, u32::MAX);
     expect_error(kind, &c, "hnsw_upper_offsets");
     unverified_search_is_safe(&c);
-    let c = with_u32(b, SectionKind::HNSW_UPPER_OFFSETS, N, u32::MAX);
+    let c = with_u32(b, SectionKind::HNSW_UPPER_OFFSETS, pairs, u32::MAX);
     expect_error(kind, &c, "hnsw_upper_offsets");
-    // An offsets section that is not a whole number of levels: found on open even unverified.
+    // Level starts: not from 0, not ending at the node count, decreasing (an overflowing
+    // count: a level that claims more pairs than there are).
+    let c = with_u32(b, SectionKind::HNSW_LEVEL_STARTS, 0, 1);
+    expect_error(kind, &c, "hnsw_level_starts");
+    let c = with_u32(b, SectionKind::HNSW_LEVEL_STARTS, levels, u32::MAX);
+    expect_error(kind, &c, "hnsw_level_starts");
+    let c = with_u32(b, SectionKind::HNSW_LEVEL_STARTS, 1, u32::MAX);
+    expect_error(kind, &c, "hnsw_level_starts");
+    unverified_search_is_safe(&c);
+    // An offsets section whose length does not match the node count: found on open even
+    // unverified (the tail it gives up becomes zero padding).
     let e = entry(b, SectionKind::HNSW_UPPER_OFFSETS);
     let i = entries(b)
         .iter()

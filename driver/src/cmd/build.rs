@@ -4,14 +4,21 @@
 //! Training queries are chosen as `qkindex bench` chooses them (the prefill queries of the
 //! head's GQA group, pooled, unless `--no-pool`). With pooling every query head of a group gets
 //! the same graph, so it is built once per KV head and written once per query head.
+//!
+//! The baseline kinds (hnsw, hnsw-ip, ivf, ivf-ip, vamana, robust-vamana) are built by the
+//! bench's own builder ([`super::bench::kinds::build_baseline`]) with the bench's flags and
+//! defaults. Except for robust-vamana (which reads training queries) they depend on the keys
+//! only, so they too are built once per KV head. IVF files hold their own list-ordered copy of
+//! the keys (docs/FORMAT.md), the graph kinds reference the bundle's key file.
 
+use super::bench::kinds::{build_baseline, BaselineArgs, HeadInput};
 use super::bench::training_queries;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use half::f16;
 use qkindex::dump::{Dump, Part};
 use qkindex::io::bundle::BundleWriter;
-use qkindex::io::Persist;
+use qkindex::io::{AnyIndex, Persist};
 use qkindex::{AttentionIndex, AttentionParams, CpuKnn, FlatIndex, KeyStore};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -19,11 +26,35 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Index kinds `qkindex build` writes.
+/// Index kinds `qkindex build` writes (the names of `qkindex bench --kinds`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BuildKind {
     Attention,
     Flat,
+    /// HNSW on the MIPS→L2 reduction.
+    Hnsw,
+    /// Inner-product HNSW.
+    HnswIp,
+    /// IVF-Flat, spherical centroids.
+    Ivf,
+    /// IVF-Flat, inner-product centroids.
+    IvfIp,
+    Vamana,
+    RobustVamana,
+}
+
+impl BuildKind {
+    /// The kind's name on the command line.
+    fn name(self) -> String {
+        self.to_possible_value()
+            .map(|v| v.get_name().to_string())
+            .unwrap_or_default()
+    }
+
+    /// True when the index depends on the training queries.
+    fn uses_queries(self) -> bool {
+        matches!(self, BuildKind::Attention | BuildKind::RobustVamana)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -55,6 +86,12 @@ pub struct BuildArgs {
     /// AttentionIndex: out-degree bound.
     #[arg(long, default_value_t = 32)]
     pub max_degree: usize,
+    /// Seed of the baseline builds (IVF k-means, Vamana), as `qkindex bench --seed`.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Build parameters of the baseline kinds (as in `qkindex bench`).
+    #[command(flatten)]
+    pub baseline: BaselineArgs,
 }
 
 pub fn run(args: BuildArgs) -> Result<()> {
@@ -91,7 +128,8 @@ pub fn run(args: BuildArgs) -> Result<()> {
         let q_all = dump.read(layer, Part::Q)?;
         let k_all = dump.read(layer, Part::K)?;
         let mut key_refs = HashMap::new();
-        let mut pooled: HashMap<usize, AttentionIndex> = HashMap::new();
+        // Built once per KV head when the index does not depend on the query head.
+        let mut shared: HashMap<usize, AnyIndex> = HashMap::new();
         for &h in &heads {
             let kv = m.kv_head_of(h);
             let (keys, key_ref) = match key_refs.entry(kv) {
@@ -107,29 +145,45 @@ pub fn run(args: BuildArgs) -> Result<()> {
             };
             let (keys, key_ref) = (&*keys, &*key_ref);
             let t = Instant::now();
-            match args.kind {
-                BuildKind::Flat => {
-                    bundle.write_index(layer, h, kv, &FlatIndex::new(keys.clone()), key_ref)?
-                }
-                BuildKind::Attention => {
-                    let index = match pooled.get(&kv) {
-                        Some(index) if pool => index.clone(),
-                        _ => {
-                            let train =
-                                training_queries(&q_all, h, kv, group, pool, args.max_train);
-                            AttentionIndex::build(keys.clone(), &train, &params, &CpuKnn)?
-                        }
+            let per_kv = pool || !args.kind.uses_queries();
+            let index = match shared.get(&kv) {
+                Some(index) if per_kv => index.clone(),
+                _ => {
+                    let train = if args.kind.uses_queries() {
+                        training_queries(&q_all, h, kv, group, pool, args.max_train)
+                    } else {
+                        Vec::new()
                     };
-                    bundle.write_index(layer, h, kv, &index as &dyn Persist, key_ref)?;
-                    if pool {
-                        pooled.insert(kv, index);
+                    match args.kind {
+                        BuildKind::Flat => AnyIndex::Flat(FlatIndex::new(keys.clone())),
+                        BuildKind::Attention => AnyIndex::Attention(AttentionIndex::build(
+                            keys.clone(),
+                            &train,
+                            &params,
+                            &CpuKnn,
+                        )?),
+                        baseline => {
+                            let input = HeadInput {
+                                keys,
+                                keys_f32: k_all.head(kv),
+                                train: &train,
+                                layer,
+                                head: h,
+                            };
+                            build_baseline(&baseline.name(), &input, &args.baseline, args.seed)?
+                                .index
+                        }
                     }
                 }
+            };
+            bundle.write_index(layer, h, kv, index.as_persist() as &dyn Persist, key_ref)?;
+            if per_kv {
+                shared.insert(kv, index);
             }
             eprintln!(
-                "layer {layer} head {h} (kv {kv}): {} keys, {:?} index written in {:.2}s",
+                "layer {layer} head {h} (kv {kv}): {} keys, {} index written in {:.2}s",
                 keys.len(),
-                args.kind,
+                args.kind.name(),
                 t.elapsed().as_secs_f64()
             );
         }
@@ -137,10 +191,12 @@ pub fn run(args: BuildArgs) -> Result<()> {
     let meta = serde_json::json!({
         "dump": args.dump.display().to_string(),
         "model": m.model,
-        "kind": format!("{:?}", args.kind).to_lowercase(),
+        "kind": args.kind.name(),
         "pooled_training_queries": pool,
         "max_train": args.max_train,
         "attention_params": params,
+        "baseline_params": args.baseline,
+        "seed": args.seed,
     });
     let dir = bundle.finish(meta)?;
     eprintln!(

@@ -23,6 +23,7 @@
 //! on the thread count; hnswlib's own parallel build (per-node locks) is not deterministic.
 
 use super::params::HnswParams;
+use super::upper::UpperLevels;
 use super::HnswIndex;
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
@@ -217,9 +218,9 @@ pub(super) fn build(
     let too_many = || Error::invalid_param("n", n, "too many edges for u32 offsets");
     let mut lists = layers.into_iter();
     let level0 = Csr::from_lists(&lists.next().unwrap_or_default()).ok_or_else(too_many)?;
-    let upper: Vec<Csr> = lists
-        .map(|l| Csr::from_lists(&l).ok_or_else(too_many))
-        .collect::<Result<_>>()?;
+    let upper_lists: Vec<Vec<Vec<u32>>> = lists.collect();
+    let upper = UpperLevels::from_layers(&levels, &upper_lists).ok_or_else(too_many)?;
+    drop(upper_lists);
     let mut indegree = vec![0u32; n];
     for &v in level0.neighbor_array() {
         indegree[v as usize] += 1;
@@ -236,7 +237,7 @@ pub(super) fn build(
         max_level: top,
         nodes_per_level,
         edges_level0: level0.edges(),
-        edges_upper: upper.iter().map(Csr::edges).sum(),
+        edges_upper: upper.edges(),
         stranded: indegree.iter().filter(|&&d| d == 0).count(),
         unreachable: reach.iter().filter(|&&r| !r).count(),
         batches,
@@ -263,10 +264,12 @@ fn draw_levels(n: usize, params: &HnswParams) -> Vec<u8> {
 /// Greedy descent (`ef = 1`) through `graph`: moves to the best unvisited neighbour while it
 /// beats the current key. Skipping visited keys changes nothing — a key scored earlier scored
 /// at most what the current key scores, as the current score only rises — and saves their
-/// inner products. Counts every inner product and every expanded key in `stats`.
+/// inner products. Counts every inner product and every expanded key in `stats`. Ids `≥ n` (the
+/// number of keys) are skipped.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn greedy<G: Neighbors + ?Sized>(
     graph: &G,
+    n: u32,
     scorer: &Scorer<'_>,
     query: &[f32],
     mut cur: Scored,
@@ -279,7 +282,7 @@ pub(super) fn greedy<G: Neighbors + ?Sized>(
         stats.hops += 1;
         ids.clear();
         // `_below`: an upper level read from an unverified file may hold ids `≥ n`.
-        visited.filter_new_below(graph.neighbors_of(cur.id), graph.node_count() as u32, ids);
+        visited.filter_new_below(graph.neighbors_of(cur.id), n, ids);
         if ids.is_empty() {
             return cur;
         }
@@ -336,6 +339,7 @@ fn plan_links(
         } = scratch;
         cur = greedy(
             &layers[l][..],
+            layers[l].len() as u32,
             &scorer,
             query,
             cur,

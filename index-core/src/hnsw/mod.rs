@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `params.rs` | build parameters ([`HnswParams`]) |
 //! | `build.rs` | levels, batched parallel insertion, the neighbour-selection heuristic |
+//! | `upper.rs` | the levels above 0 in one compact CSR ([`UpperLevels`]), owned or mapped |
 //! | `mod.rs` | the index and its search |
 //!
 //! Two modes ([`HnswParams::l2_reduction`]): HNSW built on the MIPS→L2 reduction (keys get
@@ -20,9 +21,11 @@
 
 mod build;
 mod params;
+mod upper;
 
 pub use build::BuildStats;
 pub use params::{HnswParams, MAX_M};
+pub use upper::{UpperLevel, UpperLevels};
 
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
@@ -38,9 +41,8 @@ pub struct HnswIndex {
     keys: Arc<KeyStore>,
     /// Level 0: every key, lists of at most `2m` ids.
     level0: Csr,
-    /// `upper[l - 1]` is level `l ≥ 1`: a CSR over all `n` ids whose lists are empty for keys
-    /// below level `l` (at most `m` ids each).
-    upper: Vec<Csr>,
+    /// Levels `1..=L`, compact (lists of at most `m` ids).
+    upper: UpperLevels,
     entry: u32,
     /// Keys present above level 0 (bounds the descent's inner products).
     upper_nodes: usize,
@@ -67,20 +69,18 @@ impl HnswIndex {
     pub fn from_parts(
         keys: Arc<KeyStore>,
         level0: Csr,
-        upper: Vec<Csr>,
+        upper: UpperLevels,
         entry: u32,
         params: &HnswParams,
     ) -> Result<Self> {
         params.validate()?;
         let n = keys.len();
-        for g in std::iter::once(&level0).chain(&upper) {
-            if g.len() != n {
-                return Err(Error::DimensionMismatch {
-                    what: "HNSW level nodes (one per key)",
-                    expected: n,
-                    got: g.len(),
-                });
-            }
+        if level0.len() != n {
+            return Err(Error::DimensionMismatch {
+                what: "HNSW level-0 nodes (one per key)",
+                expected: n,
+                got: level0.len(),
+            });
         }
         if entry as usize >= n {
             return Err(Error::invalid_param(
@@ -89,29 +89,14 @@ impl HnswIndex {
                 "must be an id below n",
             ));
         }
-        let mut present = vec![false; n];
-        for g in &upper {
-            for v in 0..n as u32 {
-                if !g.neighbors(v).is_empty() {
-                    present[v as usize] = true;
-                    // `get_mut`: an unverified file may hold ids `≥ n` (searches skip them).
-                    for &w in g.neighbors(v) {
-                        if let Some(p) = present.get_mut(w as usize) {
-                            *p = true;
-                        }
-                    }
-                }
-            }
-        }
-        if !upper.is_empty() {
-            present[entry as usize] = true;
-        }
+        // Every key above level 0 is a node of level 1 (O(1): no scan).
+        let upper_nodes = upper.nodes_above_0();
         Ok(HnswIndex {
             keys,
             level0,
             upper,
             entry,
-            upper_nodes: present.iter().filter(|&&p| p).count(),
+            upper_nodes,
             params: params.clone(),
             stats: BuildStats::default(),
         })
@@ -127,8 +112,8 @@ impl HnswIndex {
         &self.level0
     }
 
-    /// Levels `1..=max_level` (`upper()[l - 1]` is level `l`).
-    pub fn upper(&self) -> &[Csr] {
+    /// Levels `1..=max_level`.
+    pub fn upper(&self) -> &UpperLevels {
         &self.upper
     }
 
@@ -168,7 +153,7 @@ impl AnnIndex for HnswIndex {
     }
 
     fn memory_bytes(&self) -> usize {
-        self.level0.bytes() + self.upper.iter().map(Csr::bytes).sum::<usize>()
+        self.level0.bytes() + self.upper.bytes()
     }
 
     fn search_into(
@@ -206,8 +191,11 @@ impl AnnIndex for HnswIndex {
             } = scratch;
             visited.reset(self.keys.len());
             visited.insert(self.entry);
+            let n = self.keys.len() as u32;
             for level in self.upper.iter().rev() {
-                cur = build::greedy(level, &scorer, query, cur, visited, ids, scores, &mut stats);
+                cur = build::greedy(
+                    &level, n, &scorer, query, cur, visited, ids, scores, &mut stats,
+                );
             }
         }
         beam_search(
@@ -250,9 +238,12 @@ mod tests {
                 assert!(g.max_degree() <= p.m, "level {}", l + 1);
                 assert!(!g.neighbors(idx.entry()).is_empty() || g.edges() == 0);
             }
-            for g in std::iter::once(idx.level0()).chain(idx.upper()) {
-                for v in 0..n as u32 {
-                    let nb = g.neighbors(v);
+            let lists = |v: u32| {
+                std::iter::once(idx.level0().neighbors(v))
+                    .chain(idx.upper().iter().map(move |g| g.neighbors(v)))
+            };
+            for v in 0..n as u32 {
+                for nb in lists(v) {
                     assert!(!nb.contains(&v), "self loop at {v}");
                     let mut s = nb.to_vec();
                     s.sort_unstable();
@@ -272,7 +263,13 @@ mod tests {
                     .filter(|&v| !g.neighbors(v).is_empty())
                     .count();
                 assert!(with_links <= s.nodes_per_level[l + 1]);
+                assert_eq!(g.nodes().len(), s.nodes_per_level[l + 1]);
             }
+            assert_eq!(idx.upper().edges(), s.edges_upper);
+            assert_eq!(
+                idx.search_overhead(),
+                s.nodes_per_level.get(1).copied().unwrap_or(0) as u64 + 1
+            );
         }
     }
 

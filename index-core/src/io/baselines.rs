@@ -1,13 +1,11 @@
 //! Sections of the baseline kinds (docs/FORMAT.md, "hnsw", "ivf", "vamana"): [`Persist`] for
 //! [`HnswIndex`], [`IvfIndex`] and [`VamanaIndex`], their decoders and their full checks.
 //!
-//! Every array comes back borrowed from the mapping ([`Buf::Mapped`]); HNSW's upper levels are
-//! narrower views of one section ([`Buf::slice`]), not copies. Decoders check every count,
+//! Every array comes back borrowed from the mapping ([`crate::io::Buf::Mapped`]). Decoders check every count,
 //! length and bound that is O(1) (or O(levels)) before building anything; the scans (ids `< n`,
 //! offsets in order, a permutation, finite values) are in [`deep_check`], which opening runs
 //! by default.
 
-use super::buf::Buf;
 use super::format::{FileKind, SectionKind};
 use super::kinds::{index_keys, json_bytes, KeyResolver, KeysPlacement, Persist};
 use super::reader::RawFile;
@@ -15,7 +13,7 @@ use super::writer::FileWriter;
 use super::AnyIndex;
 use crate::error::{Error, Result};
 use crate::graph::Csr;
-use crate::hnsw::{HnswIndex, HnswParams};
+use crate::hnsw::{HnswIndex, HnswParams, UpperLevels};
 use crate::ivf::{IvfIndex, IvfParams};
 use crate::search::IndexKind;
 use crate::store::{Dtype, KeyStore};
@@ -24,7 +22,7 @@ use half::f16;
 use std::path::Path;
 use std::sync::Arc;
 
-/// Most HNSW levels above 0 a file may declare (the build caps levels at 64; levels are u8).
+/// Most HNSW levels above 0 a file may declare (the build caps levels at 64).
 const MAX_UPPER_LEVELS: u64 = 255;
 
 /// The PARAMS section of a baseline kind: `{"index": name, "params": {...}}` plus, for IVF,
@@ -78,25 +76,23 @@ impl Persist for HnswIndex {
     }
     fn add_sections<'a>(&'a self, w: &mut FileWriter<'a>) -> Result<()> {
         add_graph(w, self.level0(), self.entry());
-        if !self.upper().is_empty() {
-            // Each level's offsets start at 0 within its own block of neighbour ids.
-            let offsets: Vec<u32> = self
-                .upper()
-                .iter()
-                .flat_map(|g| g.offsets().iter().copied())
-                .collect();
-            let neighbors: Vec<u32> = self
-                .upper()
-                .iter()
-                .flat_map(|g| g.neighbor_array().iter().copied())
-                .collect();
-            w.section_owned(
-                SectionKind::HNSW_UPPER_OFFSETS,
-                bytemuck::cast_slice(&offsets).to_vec(),
+        let u = self.upper();
+        if !u.is_empty() {
+            w.section(
+                SectionKind::HNSW_LEVEL_STARTS,
+                bytemuck::cast_slice(u.starts()),
             );
-            w.section_owned(
+            w.section(
+                SectionKind::HNSW_UPPER_NODES,
+                bytemuck::cast_slice(u.nodes()),
+            );
+            w.section(
+                SectionKind::HNSW_UPPER_OFFSETS,
+                bytemuck::cast_slice(u.offsets()),
+            );
+            w.section(
                 SectionKind::HNSW_UPPER_NEIGHBORS,
-                bytemuck::cast_slice(&neighbors).to_vec(),
+                bytemuck::cast_slice(u.neighbor_array()),
             );
         }
         w.section_owned(
@@ -238,77 +234,46 @@ fn single_entry(raw: &RawFile) -> Result<u32> {
     Ok(entry)
 }
 
-/// HNSW levels `1..=L` as mapped CSRs over all `n` nodes: `hnsw_upper_offsets` holds
-/// `L × (n + 1)` offsets, each level's starting at 0 within its block of
-/// `hnsw_upper_neighbors`; the blocks follow one another.
-fn upper_levels(raw: &RawFile) -> Result<Vec<Csr>> {
-    let (has_o, has_n) = (
-        raw.entry(SectionKind::HNSW_UPPER_OFFSETS).is_some(),
-        raw.entry(SectionKind::HNSW_UPPER_NEIGHBORS).is_some(),
-    );
-    if !has_o && !has_n {
-        return Ok(Vec::new());
+/// HNSW levels `1..=L` ([`UpperLevels`]) borrowed from the mapping, after the O(1) checks.
+/// The four `hnsw_*` sections are all present or all absent (level 0 only).
+fn upper_levels(raw: &RawFile) -> Result<UpperLevels> {
+    let kinds = [
+        SectionKind::HNSW_LEVEL_STARTS,
+        SectionKind::HNSW_UPPER_NODES,
+        SectionKind::HNSW_UPPER_OFFSETS,
+        SectionKind::HNSW_UPPER_NEIGHBORS,
+    ];
+    if kinds.iter().all(|&k| raw.entry(k).is_none()) {
+        return Ok(UpperLevels::default());
     }
     let n = raw.header().n;
-    let offsets = raw.array_of::<u32>(raw.required(SectionKind::HNSW_UPPER_OFFSETS)?)?;
-    let neighbors = raw.array_of::<u32>(raw.required(SectionKind::HNSW_UPPER_NEIGHBORS)?)?;
-    let row = n + 1;
-    let count = offsets.as_slice().len() as u64;
-    if count == 0 || !count.is_multiple_of(row) || count / row > MAX_UPPER_LEVELS {
+    let starts = raw.array_of::<u32>(raw.required(kinds[0])?)?;
+    let levels = starts.as_slice().len() as u64;
+    if !(2..=MAX_UPPER_LEVELS + 1).contains(&levels) {
         return Err(raw.error(
-            SectionKind::HNSW_UPPER_OFFSETS,
-            format!(
-                "{count} offsets is not L × (n + 1) = L × {row} for a level count L in 1..={MAX_UPPER_LEVELS}"
-            ),
+            kinds[0],
+            format!("{levels} values is not L + 1 for a level count L in 1..={MAX_UPPER_LEVELS}"),
         ));
     }
-    let (levels, row) = ((count / row) as usize, row as usize);
-    let total = neighbors.as_slice().len();
-    let mut start = 0usize;
-    let mut out = Vec::with_capacity(levels);
-    for l in 0..levels {
-        let o = &offsets.as_slice()[l * row..(l + 1) * row];
-        let len = o[row - 1] as usize;
-        let end = start
-            .checked_add(len)
-            .filter(|&e| e <= total)
-            .ok_or_else(|| {
-                raw.error(
-                    SectionKind::HNSW_UPPER_OFFSETS,
-                    format!(
-                        "level {} ends at neighbour {} + {len}, past the {total} ids",
-                        l + 1,
-                        start
-                    ),
-                )
-            })?;
-        if o[0] != 0 {
-            return Err(raw.error(
-                SectionKind::HNSW_UPPER_OFFSETS,
-                format!("level {}: offsets[0] is not 0", l + 1),
-            ));
-        }
-        let range = |b: &Buf<u32>, r: std::ops::Range<usize>, kind| {
-            b.slice(r)
-                .ok_or_else(|| raw.error(kind, "range out of bounds"))
+    let nodes = raw.array_of::<u32>(raw.required(kinds[1])?)?;
+    let pairs = nodes.as_slice().len() as u64;
+    // Each level holds at most n nodes.
+    if pairs > n.saturating_mul(levels - 1) {
+        return Err(raw.error(
+            kinds[1],
+            format!("{pairs} nodes is more than n × L = {n} × {}", levels - 1),
+        ));
+    }
+    let offsets = raw.array::<u32>(kinds[2], pairs + 1)?;
+    let neighbors = raw.array_of::<u32>(raw.required(kinds[3])?)?;
+    UpperLevels::from_bufs(starts, nodes, offsets, neighbors).map_err(|(array, reason)| {
+        let kind = if array == "starts" {
+            kinds[0]
+        } else {
+            kinds[2]
         };
-        out.push(Csr::from_bufs_unchecked(
-            range(
-                &offsets,
-                l * row..(l + 1) * row,
-                SectionKind::HNSW_UPPER_OFFSETS,
-            )?,
-            range(&neighbors, start..end, SectionKind::HNSW_UPPER_NEIGHBORS)?,
-        ));
-        start = end;
-    }
-    if start != total {
-        return Err(raw.error(
-            SectionKind::HNSW_UPPER_NEIGHBORS,
-            format!("{total} ids but the levels' offsets account for {start}"),
-        ));
-    }
-    Ok(out)
+        raw.error(kind, reason)
+    })
 }
 
 /// Decodes a baseline kind's file (`None` for other kinds).
@@ -415,20 +380,22 @@ pub(super) fn deep_check(raw: &RawFile, index: &AnyIndex) -> Result<()> {
             raw.error(section, reason)
         }
     };
+    let n = raw.header().n as usize;
     match index {
         AnyIndex::Hnsw(h) => {
             h.level0().validate().map_err(graph_err(
                 SectionKind::CSR_OFFSETS,
                 SectionKind::CSR_NEIGHBORS,
             ))?;
-            for (l, g) in h.upper().iter().enumerate() {
-                g.validate()
-                    .map_err(|r| format!("level {}: {r}", l + 1))
-                    .map_err(graph_err(
-                        SectionKind::HNSW_UPPER_OFFSETS,
-                        SectionKind::HNSW_UPPER_NEIGHBORS,
-                    ))?;
-            }
+            h.upper().validate(n).map_err(|(array, reason)| {
+                let kind = match array {
+                    "starts" => SectionKind::HNSW_LEVEL_STARTS,
+                    "nodes" => SectionKind::HNSW_UPPER_NODES,
+                    "offsets" => SectionKind::HNSW_UPPER_OFFSETS,
+                    _ => SectionKind::HNSW_UPPER_NEIGHBORS,
+                };
+                raw.error(kind, reason)
+            })?;
         }
         AnyIndex::Vamana(v) => v.graph().validate().map_err(graph_err(
             SectionKind::CSR_OFFSETS,

@@ -93,26 +93,6 @@ impl<T: Pod> Buf<T> {
         }
     }
 
-    /// The values `range` as a buffer of their own: a narrower view of the same mapping (no
-    /// copy) when mapped, a copy when owned. `None` when `range` is out of bounds.
-    pub fn slice(&self, range: Range<usize>) -> Option<Self> {
-        match self {
-            Buf::Owned(v) => v.get(range).map(|s| Buf::Owned(s.to_vec())),
-            Buf::Mapped(m) => {
-                let size = std::mem::size_of::<T>();
-                let len = m.bytes.len() / size;
-                if range.start > range.end || range.end > len {
-                    return None;
-                }
-                Buf::mapped(
-                    m.backing.clone(),
-                    m.bytes.start + range.start * size,
-                    range.end - range.start,
-                )
-            }
-        }
-    }
-
     /// True when the values live in a file mapping.
     pub fn is_mapped(&self) -> bool {
         matches!(self, Buf::Mapped(_))

@@ -124,11 +124,15 @@ impl SectionKind {
     pub const ENTRY_POINTS: Self = Self(6);
     /// Reserved (not written by v1 writers): HNSW, one u8 level per node.
     pub const HNSW_LEVELS: Self = Self(16);
-    /// HNSW levels `1..=L`: `L × (n + 1)` u32 CSR offsets, one full offsets array per level
-    /// (level 1 first), each starting at 0 within its level's block of neighbour ids.
+    /// HNSW levels `1..=L`: `P + 1` u32 CSR offsets over the `P` (level ≥ 1, node) pairs,
+    /// ordered by level, then node id.
     pub const HNSW_UPPER_OFFSETS: Self = Self(17);
-    /// HNSW levels `1..=L`: the u32 neighbour ids of each level, level 1's block first.
+    /// HNSW levels `1..=L`: u32 neighbour ids of every pair's list.
     pub const HNSW_UPPER_NEIGHBORS: Self = Self(18);
+    /// HNSW levels `1..=L`: the node id of each of the `P` pairs (increasing within a level).
+    pub const HNSW_UPPER_NODES: Self = Self(19);
+    /// HNSW levels `1..=L`: `L + 1` u32 positions; level `l`'s pairs are `[s[l-1], s[l])`.
+    pub const HNSW_LEVEL_STARTS: Self = Self(20);
     /// IVF: `nlist × d` f32 centroids, row-major.
     pub const IVF_CENTROIDS: Self = Self(32);
     /// IVF: `nlist + 1` u32 list offsets into the list-order positions.
@@ -151,6 +155,8 @@ impl SectionKind {
             Self::HNSW_LEVELS => "hnsw_levels".into(),
             Self::HNSW_UPPER_OFFSETS => "hnsw_upper_offsets".into(),
             Self::HNSW_UPPER_NEIGHBORS => "hnsw_upper_neighbors".into(),
+            Self::HNSW_UPPER_NODES => "hnsw_upper_nodes".into(),
+            Self::HNSW_LEVEL_STARTS => "hnsw_level_starts".into(),
             Self::IVF_CENTROIDS => "ivf_centroids".into(),
             Self::IVF_LIST_OFFSETS => "ivf_list_offsets".into(),
             Self::IVF_LIST_IDS => "ivf_list_ids".into(),
@@ -386,6 +392,8 @@ pub fn parse_table(path: &Path, header: &Header, bytes: &[u8]) -> Result<Vec<Sec
                 | SectionKind::HNSW_LEVELS
                 | SectionKind::HNSW_UPPER_OFFSETS
                 | SectionKind::HNSW_UPPER_NEIGHBORS
+                | SectionKind::HNSW_UPPER_NODES
+                | SectionKind::HNSW_LEVEL_STARTS
                 | SectionKind::IVF_CENTROIDS
                 | SectionKind::IVF_LIST_OFFSETS
                 | SectionKind::IVF_LIST_IDS

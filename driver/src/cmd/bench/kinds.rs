@@ -1,15 +1,19 @@
 //! The index kinds `qkindex bench` can build, and the parameter sweep each is measured over.
 //!
 //! Adding a kind: a name in [`KNOWN`] (and in [`ALL`] if `--kinds all` should run it), and an
-//! arm in [`build`] that returns the index with its build times and sweep.
+//! arm in [`build`] (or [`build_baseline`]) that returns the index with its build times and
+//! sweep. `qkindex build` builds the baseline kinds through [`build_baseline`] too, so a bundle
+//! holds exactly what the bench measures.
 
 use super::BenchArgs;
 use anyhow::{bail, Result};
+use clap::Args;
 use qkindex::attention::{EntryRule, Projection, Prune};
+use qkindex::io::AnyIndex;
 use qkindex::ivf::Assignment;
 use qkindex::{
-    AnnIndex, AttentionIndex, AttentionParams, CpuKnn, FlatIndex, HnswIndex, HnswParams, IvfIndex,
-    IvfParams, KeyStore, SearchParams, VamanaIndex, VamanaParams,
+    AttentionIndex, AttentionParams, CpuKnn, FlatIndex, HnswIndex, HnswParams, IvfIndex, IvfParams,
+    KeyStore, SearchParams, VamanaIndex, VamanaParams,
 };
 use std::sync::Arc;
 use std::time::Instant;
@@ -40,6 +44,35 @@ pub const ALL: &[&str] = &[
     "robust-vamana",
 ];
 
+/// Build parameters of the baseline kinds (flags shared by `qkindex bench` and `qkindex build`).
+#[derive(Clone, Debug, Args, serde::Serialize)]
+pub struct BaselineArgs {
+    /// IvfIndex: number of lists (0: round(4·√n)).
+    #[arg(long, default_value_t = 0)]
+    pub nlist: usize,
+    /// VamanaIndex: out-degree bound R.
+    #[arg(long, default_value_t = 64)]
+    pub vamana_r: usize,
+    /// VamanaIndex: build list size L.
+    #[arg(long, default_value_t = 100)]
+    pub vamana_l: usize,
+    /// VamanaIndex: pruning factor α of the second pass.
+    #[arg(long, default_value_t = 1.2)]
+    pub alpha: f32,
+    /// RobustVamana: nearest keys per training query stitched together (T).
+    #[arg(long, default_value_t = 16)]
+    pub stitch_t: usize,
+    /// RobustVamana: degree slots held back from the Vamana passes for stitched edges.
+    #[arg(long, default_value_t = 0)]
+    pub stitch_reserve: usize,
+    /// HnswIndex (hnsw, hnsw-ip): links per key and level (`M`; 2M at level 0).
+    #[arg(long, default_value_t = 16)]
+    pub hnsw_m: usize,
+    /// HnswIndex (hnsw, hnsw-ip): candidate list size of insertions.
+    #[arg(long, default_value_t = 200)]
+    pub ef_construction: usize,
+}
+
 /// What one (layer, query head) provides to the builders.
 pub struct HeadInput<'a> {
     pub keys: &'a Arc<KeyStore>,
@@ -53,7 +86,8 @@ pub struct HeadInput<'a> {
 
 /// A built index, how to label its rows, and the settings to measure it at.
 pub struct Built {
-    pub index: Box<dyn AnnIndex>,
+    /// The index (an [`AnyIndex`], so that `qkindex build` can write it).
+    pub index: AnyIndex,
     /// The `index` field of its rows (`attention`, `flat`, ...).
     pub index_name: String,
     /// The `variant` field of its rows (empty for a kind's default).
@@ -133,7 +167,7 @@ pub fn build(kind: &str, input: &HeadInput<'_>, args: &BenchArgs) -> Result<Buil
     let (layer, h) = (input.layer, input.head);
     match kind {
         "flat" => Ok(Built {
-            index: Box::new(FlatIndex::new(input.keys.clone())),
+            index: AnyIndex::Flat(FlatIndex::new(input.keys.clone())),
             index_name: "flat".into(),
             variant: String::new(),
             build_s: serde_json::json!({"total": 0.0}),
@@ -161,7 +195,7 @@ pub fn build(kind: &str, input: &HeadInput<'_>, args: &BenchArgs) -> Result<Buil
             );
             let build_s = serde_json::json!({"total": s.total_s, "knn": s.knn_s, "projection": s.projection_s, "connectivity": s.connectivity_s});
             Ok(Built {
-                index: Box::new(idx),
+                index: AnyIndex::Attention(idx),
                 index_name: "attention".into(),
                 variant: if kind == "attention" {
                     String::new()
@@ -172,12 +206,26 @@ pub fn build(kind: &str, input: &HeadInput<'_>, args: &BenchArgs) -> Result<Buil
                 sweep: Sweep::Ef,
             })
         }
+        other => build_baseline(other, input, &args.baseline, args.seed),
+    }
+}
+
+/// Builds a baseline kind (hnsw, hnsw-ip, ivf, ivf-ip, vamana, robust-vamana) for one head; `input.train` is read by
+/// `robust-vamana` only.
+pub fn build_baseline(
+    kind: &str,
+    input: &HeadInput<'_>,
+    args: &BaselineArgs,
+    seed: u64,
+) -> Result<Built> {
+    let (layer, h) = (input.layer, input.head);
+    match kind {
         "ivf" | "ivf-ip" => {
             // `ivf` is faiss IVF-Flat IP's recipe (spherical centroids); `ivf-ip` keeps plain
             // mean centroids.
             let params = IvfParams {
                 nlist: (args.nlist > 0).then_some(args.nlist),
-                seed: args.seed,
+                seed,
                 assignment: if kind == "ivf-ip" {
                     Assignment::InnerProduct
                 } else {
@@ -201,7 +249,7 @@ pub fn build(kind: &str, input: &HeadInput<'_>, args: &BenchArgs) -> Result<Buil
                 serde_json::json!({"total": s.total_s, "kmeans": s.kmeans_s, "assign": s.assign_s});
             let sweep = Sweep::Nprobe { nlist: idx.nlist() };
             Ok(Built {
-                index: Box::new(idx),
+                index: AnyIndex::Ivf(idx),
                 index_name: "ivf".into(),
                 variant: if kind == "ivf-ip" {
                     "ip".into()
@@ -221,7 +269,7 @@ pub fn build(kind: &str, input: &HeadInput<'_>, args: &BenchArgs) -> Result<Buil
                 robust,
                 stitch_t: args.stitch_t,
                 stitch_reserve: if robust { args.stitch_reserve } else { 0 },
-                seed: args.seed,
+                seed,
                 ..VamanaParams::default()
             };
             let spinner = build_spinner(&format!(
@@ -239,7 +287,7 @@ pub fn build(kind: &str, input: &HeadInput<'_>, args: &BenchArgs) -> Result<Buil
             );
             let build_s = serde_json::json!({"total": s.total_s, "pass1": s.pass1_s, "pass2": s.pass2_s, "knn": s.knn_s, "stitch": s.stitch_s, "connectivity": s.connectivity_s});
             Ok(Built {
-                index: Box::new(idx),
+                index: AnyIndex::Vamana(idx),
                 index_name: "vamana".into(),
                 variant: if robust {
                     "robust".into()
@@ -271,7 +319,7 @@ pub fn build(kind: &str, input: &HeadInput<'_>, args: &BenchArgs) -> Result<Buil
             );
             let build_s = serde_json::json!({"total": s.total_s, "prepare": s.prepare_s, "insert": s.insert_s, "finalize": s.finalize_s});
             Ok(Built {
-                index: Box::new(idx),
+                index: AnyIndex::Hnsw(idx),
                 index_name: "hnsw".into(),
                 variant: if kind == "hnsw" {
                     String::new()

@@ -5,7 +5,7 @@
 //! decode/held-out key (k2k) over the parameter sweep, single-threaded, and compare with the
 //! exact top-k. Writes `bench.json`, `bench.csv` and `report.md` into `--out`.
 
-mod kinds;
+pub(crate) mod kinds;
 
 use crate::report::{self, BenchReport, Row};
 use anyhow::{bail, Context, Result};
@@ -104,30 +104,9 @@ pub struct BenchArgs {
     /// AttentionIndex: sequence edges to each side.
     #[arg(long, default_value_t = 1)]
     pub sequence_edges: usize,
-    /// IvfIndex: number of lists (0: round(4·√n)).
-    #[arg(long, default_value_t = 0)]
-    pub nlist: usize,
-    /// VamanaIndex: out-degree bound R.
-    #[arg(long, default_value_t = 64)]
-    pub vamana_r: usize,
-    /// VamanaIndex: build list size L.
-    #[arg(long, default_value_t = 100)]
-    pub vamana_l: usize,
-    /// VamanaIndex: pruning factor α of the second pass.
-    #[arg(long, default_value_t = 1.2)]
-    pub alpha: f32,
-    /// RobustVamana: nearest keys per training query stitched together (T).
-    #[arg(long, default_value_t = 16)]
-    pub stitch_t: usize,
-    /// RobustVamana: degree slots held back from the Vamana passes for stitched edges.
-    #[arg(long, default_value_t = 0)]
-    pub stitch_reserve: usize,
-    /// HnswIndex (hnsw, hnsw-ip): links per key and level (`M`; 2M at level 0).
-    #[arg(long, default_value_t = 16)]
-    pub hnsw_m: usize,
-    /// HnswIndex (hnsw, hnsw-ip): candidate list size of insertions.
-    #[arg(long, default_value_t = 200)]
-    pub ef_construction: usize,
+    /// Build parameters of the baseline kinds (hnsw, ivf, vamana).
+    #[command(flatten)]
+    pub baseline: kinds::BaselineArgs,
 }
 
 /// One query set of a head: row-major queries and their exact top-k.
@@ -240,7 +219,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 for (&k, set) in args.k.iter().flat_map(|k| sets.iter().map(move |s| (k, s))) {
                     for params in &built.sweep.params(&args, k) {
                         let mut row =
-                            measure(built.index.as_ref(), set, params, k, &args, values, d)?;
+                            measure(built.index.as_dyn(), set, params, k, &args, values, d)?;
                         row.bytes_per_key = Some(bytes_per_key);
                         row.index = built.index_name.clone();
                         row.variant = built.variant.clone();
