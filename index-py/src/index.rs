@@ -410,6 +410,11 @@ pub fn load(
             },
         )?
         .into_any(),
+        qkindex::io::AnyIndex::Hnsw(h) => Py::new(py, crate::kinds::HnswIndex::wrap(h))?.into_any(),
+        qkindex::io::AnyIndex::Ivf(i) => Py::new(py, crate::kinds::IvfIndex::wrap(i))?.into_any(),
+        qkindex::io::AnyIndex::Vamana(v) => {
+            Py::new(py, crate::kinds::VamanaIndex::wrap(v))?.into_any()
+        }
         // Kinds the core learns to save later surface as a clear error until they are wrapped.
         other => {
             return Err(crate::errors::type_error(format!(

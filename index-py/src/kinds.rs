@@ -18,6 +18,16 @@ pub struct HnswIndex {
     pool: Pool,
 }
 
+impl HnswIndex {
+    /// Wraps a core index (for example one opened by `load`).
+    pub fn wrap(inner: qkindex::HnswIndex) -> Self {
+        HnswIndex {
+            inner: Arc::new(inner),
+            pool: Pool::default(),
+        }
+    }
+}
+
 #[pymethods]
 impl HnswIndex {
     /// Builds HNSW over `keys` (`[n, d]`, float16 or float32; stored as given).
@@ -82,6 +92,12 @@ impl HnswIndex {
         to_py_json(py, self.inner.params())
     }
 
+    /// Writes the index with its keys to one self-contained file (atomically; docs/FORMAT.md).
+    fn save(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+        py.detach(|| self.inner.save(&path))
+            .map_err(crate::errors::to_py)
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "HnswIndex(n={}, dim={})",
@@ -97,6 +113,16 @@ impl HnswIndex {
 pub struct IvfIndex {
     pub inner: Arc<qkindex::IvfIndex>,
     pool: Pool,
+}
+
+impl IvfIndex {
+    /// Wraps a core index (for example one opened by `load`).
+    pub fn wrap(inner: qkindex::IvfIndex) -> Self {
+        IvfIndex {
+            inner: Arc::new(inner),
+            pool: Pool::default(),
+        }
+    }
 }
 
 #[pymethods]
@@ -163,6 +189,12 @@ impl IvfIndex {
         self.inner.nlist()
     }
 
+    /// Writes the index with its keys to one self-contained file (atomically; docs/FORMAT.md).
+    fn save(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+        py.detach(|| self.inner.save(&path))
+            .map_err(crate::errors::to_py)
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "IvfIndex(n={}, dim={}, nlist={})",
@@ -180,6 +212,16 @@ impl IvfIndex {
 pub struct VamanaIndex {
     pub inner: Arc<qkindex::VamanaIndex>,
     pool: Pool,
+}
+
+impl VamanaIndex {
+    /// Wraps a core index (for example one opened by `load`).
+    pub fn wrap(inner: qkindex::VamanaIndex) -> Self {
+        VamanaIndex {
+            inner: Arc::new(inner),
+            pool: Pool::default(),
+        }
+    }
 }
 
 #[pymethods]
@@ -263,6 +305,12 @@ impl VamanaIndex {
     #[getter]
     fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         to_py_json(py, self.inner.params())
+    }
+
+    /// Writes the index with its keys to one self-contained file (atomically; docs/FORMAT.md).
+    fn save(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+        py.detach(|| self.inner.save(&path))
+            .map_err(crate::errors::to_py)
     }
 
     fn __repr__(&self) -> String {
