@@ -2,6 +2,7 @@
 working."""
 
 import _thread
+import signal
 import threading
 import time
 
@@ -9,6 +10,16 @@ import numpy as np
 import pytest
 
 import qkindex
+
+
+@pytest.fixture(autouse=True)
+def python_handles_sigint():
+    """Background jobs of a non-interactive shell (CI runners, `cmd &`) start with SIGINT
+    ignored, and then `_thread.interrupt_main` does nothing: give SIGINT Python's own handler
+    for these tests, as an interactive session has."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def test_ctrl_c_interrupts_a_long_build():
