@@ -19,8 +19,9 @@ use std::path::{Path, PathBuf};
 
 const FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 const PANEL: (u32, u32) = (720, 540);
-/// Tableau 10: distinct, colour-blind-friendly.
-const COLORS: [RGBColor; 10] = [
+/// Tableau 10 (distinct, colour-blind-friendly), then black and lighter Tableau shades, so that up
+/// to 16 series get distinct colours.
+const COLORS: [RGBColor; 16] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -31,6 +32,12 @@ const COLORS: [RGBColor; 10] = [
     RGBColor(127, 127, 127),
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
+    RGBColor(0, 0, 0),
+    RGBColor(174, 199, 232),
+    RGBColor(255, 187, 120),
+    RGBColor(152, 223, 138),
+    RGBColor(255, 152, 150),
+    RGBColor(197, 176, 213),
 ];
 
 /// One curve: a labelled list of (x, recall) points.
