@@ -302,7 +302,11 @@ impl BenchReport {
                     format!("{:.p$}", median(&mut v))
                 }
             };
-            let samples = rs.iter().map(|r| r.latency_us.samples).min().unwrap_or(0);
+            // Peer files may not record how many calls their percentiles cover.
+            let samples = match rs.iter().map(|r| r.latency_us.samples).min() {
+                Some(n) if n > 0 => n.to_string(),
+                _ => "—".to_string(),
+            };
             let _ = writeln!(
                 s,
                 "| {imp} | {index} | {variant} | {queries} | {} | {} | {} | {} | {} | {} | {} |",
