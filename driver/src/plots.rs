@@ -240,27 +240,7 @@ fn draw_curves<DB: DrawingBackend>(
         .y_label_formatter(&|y| format!("{y:.2}"))
         .light_line_style(RGBColor(235, 235, 235))
         .draw()?;
-    for (i, s) in series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        chart
-            .draw_series(LineSeries::new(
-                s.points.iter().copied(),
-                color.stroke_width(2),
-            ))?
-            .label(s.label.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
-            });
-        chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .label_font(("sans-serif", 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(160, 160, 160))
-        .draw()?;
-    Ok(())
+    draw_lines(&mut chart, series, 3, SeriesLabelPosition::LowerRight)
 }
 
 fn draw_layers<DB: DrawingBackend>(
@@ -297,27 +277,7 @@ fn draw_layers<DB: DrawingBackend>(
         .y_label_formatter(&|y| format!("{y:.1}"))
         .light_line_style(RGBColor(235, 235, 235))
         .draw()?;
-    for (i, s) in series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        chart
-            .draw_series(LineSeries::new(
-                s.points.iter().copied(),
-                color.stroke_width(2),
-            ))?
-            .label(s.label.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
-            });
-        chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerLeft)
-        .label_font(("sans-serif", 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(160, 160, 160))
-        .draw()?;
-    Ok(())
+    draw_lines(&mut chart, series, 4, SeriesLabelPosition::LowerLeft)
 }
 
 fn draw_gap<DB: DrawingBackend>(
@@ -500,6 +460,16 @@ fn draw_loglog_panel<DB: DrawingBackend>(
         .y_label_formatter(&|y| short_number(*y))
         .light_line_style(RGBColor(235, 235, 235))
         .draw()?;
+    draw_lines(&mut chart, series, 4, SeriesLabelPosition::UpperLeft)
+}
+
+/// Draws each series as a coloured line with point markers, and the legend.
+fn draw_lines<'a, DB: DrawingBackend + 'a, CT: CoordTranslate<From = (f64, f64)>>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    series: &[Series],
+    radius: i32,
+    legend: SeriesLabelPosition,
+) -> DrawResult<DB> {
     for (i, s) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         chart
@@ -511,11 +481,15 @@ fn draw_loglog_panel<DB: DrawingBackend>(
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
             });
-        chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+        chart.draw_series(
+            s.points
+                .iter()
+                .map(|&p| Circle::new(p, radius, color.filled())),
+        )?;
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(legend)
         .label_font(("sans-serif", 14))
         .background_style(WHITE.mix(0.85))
         .border_style(RGBColor(160, 160, 160))
