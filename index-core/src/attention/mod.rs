@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `params.rs` | build parameters, presets (ours and the RoarGraph recipe) |
 //! | `build.rs` | bipartite kNN → projection → pruning → reverse edges → connectivity |
+//! | `insert.rs` | query-aware insertion of keys that arrive after the build (decode) |
 //! | `mod.rs` | the index and its search |
 //!
 //! The structure comes from the queries' side: keys that the same training queries rank close
@@ -12,6 +13,7 @@
 //! (plus caller-supplied seeds) and reports every inner product it computes.
 
 mod build;
+mod insert;
 mod params;
 
 pub use build::BuildStats;
@@ -24,16 +26,27 @@ use crate::knn::KnnBackend;
 use crate::scratch::Scratch;
 use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams};
 use crate::store::KeyStore;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// The query-aware graph index over one head's keys.
 #[derive(Clone, Debug)]
 pub struct AttentionIndex {
     keys: Arc<KeyStore>,
-    graph: Csr,
+    graph: Adjacency,
     entries: Vec<u32>,
+    /// `entries[..built_entries]` came with the build (or file); inserts add recent keys after.
+    built_entries: usize,
     params: AttentionParams,
     stats: BuildStats,
+}
+
+/// The out-edges: the CSR a build (or a file) produced, or editable lists once keys have been
+/// inserted (the first insert converts).
+#[derive(Clone, Debug)]
+enum Adjacency {
+    Frozen(Csr),
+    Growing(Vec<Vec<u32>>),
 }
 
 impl AttentionIndex {
@@ -88,7 +101,8 @@ impl AttentionIndex {
         }
         Ok(AttentionIndex {
             keys,
-            graph,
+            graph: Adjacency::Frozen(graph),
+            built_entries: entries.len(),
             entries,
             params: params.clone(),
             stats: BuildStats::default(),
@@ -100,9 +114,12 @@ impl AttentionIndex {
         &self.keys
     }
 
-    /// The adjacency.
-    pub fn graph(&self) -> &Csr {
-        &self.graph
+    /// The adjacency as CSR (borrowed; built on the fly after inserts).
+    pub fn graph(&self) -> Cow<'_, Csr> {
+        match &self.graph {
+            Adjacency::Frozen(g) => Cow::Borrowed(g),
+            Adjacency::Growing(lists) => Cow::Owned(Csr::from_lists(lists).unwrap_or_default()),
+        }
     }
 
     /// Fixed entry points of every search.
@@ -135,7 +152,14 @@ impl AnnIndex for AttentionIndex {
     }
 
     fn memory_bytes(&self) -> usize {
-        self.graph.bytes() + std::mem::size_of_val(self.entries.as_slice())
+        let graph = match &self.graph {
+            Adjacency::Frozen(g) => g.bytes(),
+            Adjacency::Growing(lists) => lists
+                .iter()
+                .map(|l| std::mem::size_of::<Vec<u32>>() + l.capacity() * 4)
+                .sum(),
+        };
+        graph + std::mem::size_of_val(self.entries.as_slice())
     }
 
     fn search_into(
@@ -156,16 +180,13 @@ impl AnnIndex for AttentionIndex {
             ));
         }
         let scorer = self.keys.scorer();
-        beam_search(
-            &self.graph,
-            &scorer,
-            query,
-            &[&self.entries, &params.seeds],
-            ef,
-            k,
-            scratch,
-            out,
-        );
+        let entries: [&[u32]; 2] = [&self.entries, &params.seeds];
+        match &self.graph {
+            Adjacency::Frozen(g) => beam_search(g, &scorer, query, &entries, ef, k, scratch, out),
+            Adjacency::Growing(l) => {
+                beam_search(l.as_slice(), &scorer, query, &entries, ef, k, scratch, out)
+            }
+        }
         Ok(())
     }
 }

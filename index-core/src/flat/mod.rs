@@ -26,6 +26,12 @@ impl FlatIndex {
     pub fn keys(&self) -> &Arc<KeyStore> {
         &self.keys
     }
+
+    /// Appends a key (its id is the previous length); the store is copied first when other
+    /// handles share it (copy-on-write). Errors: wrong dimension, non-finite values.
+    pub fn insert(&mut self, key: &[f32]) -> Result<u32> {
+        Arc::make_mut(&mut self.keys).push(key)
+    }
 }
 
 impl AnnIndex for FlatIndex {

@@ -13,6 +13,7 @@ use crate::graph::Csr;
 use crate::search::IndexKind;
 use crate::store::{Dtype, KeyStore, KeysRef};
 use half::f16;
+use std::borrow::Cow;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -98,12 +99,26 @@ impl Persist for AttentionIndex {
         self.keys()
     }
     fn add_sections<'a>(&'a self, w: &mut FileWriter<'a>) -> Result<()> {
-        let g = self.graph();
-        w.section(SectionKind::CSR_OFFSETS, bytemuck::cast_slice(g.offsets()));
-        w.section(
-            SectionKind::CSR_NEIGHBORS,
-            bytemuck::cast_slice(g.neighbor_array()),
-        );
+        match self.graph() {
+            Cow::Borrowed(g) => {
+                w.section(SectionKind::CSR_OFFSETS, bytemuck::cast_slice(g.offsets()));
+                w.section(
+                    SectionKind::CSR_NEIGHBORS,
+                    bytemuck::cast_slice(g.neighbor_array()),
+                );
+            }
+            // After inserts the CSR is assembled for the file.
+            Cow::Owned(g) => {
+                w.section_owned(
+                    SectionKind::CSR_OFFSETS,
+                    bytemuck::cast_slice(g.offsets()).to_vec(),
+                );
+                w.section_owned(
+                    SectionKind::CSR_NEIGHBORS,
+                    bytemuck::cast_slice(g.neighbor_array()).to_vec(),
+                );
+            }
+        }
         w.section(
             SectionKind::ENTRY_POINTS,
             bytemuck::cast_slice(self.entries()),
