@@ -388,7 +388,14 @@ mod tests {
         let (mut scratch, mut out) = (Scratch::default(), SearchOutput::default());
         let q = &queries[..16];
         let s = rt
-            .step(q, &keys, &flat, &SearchParams::default(), &mut scratch, &mut out)
+            .step(
+                q,
+                &keys,
+                &flat,
+                &SearchParams::default(),
+                &mut scratch,
+                &mut out,
+            )
             .expect("step");
         assert_eq!(s.path, StepPath::EmptyCache);
         assert!(s.best_similarity == f32::NEG_INFINITY);
@@ -398,7 +405,14 @@ mod tests {
         // The same query scaled: cosine 1, reuse; the set is its own exact top-k again.
         let q2: Vec<f32> = q.iter().map(|x| 2.0 * x).collect();
         let s = rt
-            .step(&q2, &keys, &flat, &SearchParams::default(), &mut scratch, &mut out)
+            .step(
+                &q2,
+                &keys,
+                &flat,
+                &SearchParams::default(),
+                &mut scratch,
+                &mut out,
+            )
             .expect("step");
         assert_eq!(s.path, StepPath::Reuse);
         assert!((s.best_similarity - 1.0).abs() < 1e-5);
@@ -454,7 +468,12 @@ mod tests {
         let prefix = KeyStore::from_f32(keys.to_f32()[..50 * 8].to_vec(), 8).expect("prefix");
         let flat = FlatIndex::new(Arc::new(prefix));
         let want = flat
-            .search(&q[4 * 8..5 * 8], 5, &SearchParams::default(), &mut Scratch::default())
+            .search(
+                &q[4 * 8..5 * 8],
+                5,
+                &SearchParams::default(),
+                &mut Scratch::default(),
+            )
             .expect("flat");
         assert_eq!(sets[2], want.ids);
     }

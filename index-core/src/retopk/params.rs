@@ -109,11 +109,41 @@ mod tests {
             (ReTopKParams { r: 0, ..d.clone() }, "r"),
             (ReTopKParams { r: 33, ..d.clone() }, "r"),
             (ReTopKParams { k: 0, ..d.clone() }, "k"),
-            (ReTopKParams { refresh: 0, ..d.clone() }, "refresh"),
-            (ReTopKParams { tau: f32::NAN, ..d.clone() }, "tau"),
-            (ReTopKParams { tau: f32::INFINITY, ..d.clone() }, "tau"),
-            (ReTopKParams { tau: 1.5, ..d.clone() }, "tau"),
-            (ReTopKParams { tau: -1.01, ..d.clone() }, "tau"),
+            (
+                ReTopKParams {
+                    refresh: 0,
+                    ..d.clone()
+                },
+                "refresh",
+            ),
+            (
+                ReTopKParams {
+                    tau: f32::NAN,
+                    ..d.clone()
+                },
+                "tau",
+            ),
+            (
+                ReTopKParams {
+                    tau: f32::INFINITY,
+                    ..d.clone()
+                },
+                "tau",
+            ),
+            (
+                ReTopKParams {
+                    tau: 1.5,
+                    ..d.clone()
+                },
+                "tau",
+            ),
+            (
+                ReTopKParams {
+                    tau: -1.01,
+                    ..d.clone()
+                },
+                "tau",
+            ),
         ];
         for (p, want) in bad {
             match p.validate() {
@@ -124,10 +154,22 @@ mod tests {
         // The edges of the ranges are valid.
         for p in [
             ReTopKParams { r: 32, ..d.clone() },
-            ReTopKParams { tau: -1.0, ..d.clone() },
-            ReTopKParams { tau: 1.0, ..d.clone() },
+            ReTopKParams {
+                tau: -1.0,
+                ..d.clone()
+            },
+            ReTopKParams {
+                tau: 1.0,
+                ..d.clone()
+            },
             ReTopKParams { w: 0, ..d.clone() },
-            ReTopKParams { c: 1, r: 1, refresh: 1, k: 1, ..d },
+            ReTopKParams {
+                c: 1,
+                r: 1,
+                refresh: 1,
+                k: 1,
+                ..d
+            },
         ] {
             p.validate().expect("edge of range");
         }
