@@ -241,3 +241,15 @@ def test_bad_inputs(data):
     ids, _ = qkindex.ReTopK(keys.astype(np.float16), k=3).step(queries[0].astype(np.float16))
     assert ids.shape == (3,)
     assert "ReTopK(n=2000, dim=32" in repr(rt)
+
+
+def test_a_reuse_step_with_few_candidates_pads_with_minus_one(data):
+    keys, train, _ = data
+    rt = qkindex.ReTopK(keys, k=100, w=32)
+    # The primed query saw one key: reusing its set gives 1 + 32 window candidates.
+    rt.prime(train[:1], visible=[1])
+    ids, stats = rt.step(train[0])
+    assert stats["path"] == "reuse" and stats["candidates"] == 33
+    assert ids.shape == (100,)
+    assert (ids[:33] >= 0).all() and (ids[33:] == -1).all()
+    assert set(ids[:33].tolist()) == {0, *range(len(keys) - 32, len(keys))}

@@ -22,6 +22,24 @@
 //! oldest pair beyond `C`. The paper recalls sets of past *decode* steps; [`ReTopK::prime`]
 //! also lets a head start from its prefill queries.
 //!
+//! ```
+//! use qkindex::{FlatIndex, KeyStore, ReTopK, ReTopKParams, Scratch, SearchOutput, SearchParams};
+//! use std::sync::Arc;
+//!
+//! let data = qkindex::synth::ood(1000, 4, 16, 1);
+//! let keys = Arc::new(KeyStore::from_f32(data.keys, 16)?);
+//! let exact = FlatIndex::new(keys.clone());
+//! let mut rt = ReTopK::new(ReTopKParams { k: 50, ..ReTopKParams::default() }, 16)?;
+//! let prefill: Vec<usize> = (1..=1000).collect(); // causal: query i sees keys 0..=i
+//! rt.prime(&data.train_queries, &prefill, &keys)?;
+//! let (mut scratch, mut out) = (Scratch::default(), SearchOutput::default());
+//! let q = &data.test_queries[..16];
+//! let stats = rt.step(q, &keys, &exact, &SearchParams::default(), &mut scratch, &mut out)?;
+//! println!("{}: {} keys scored", stats.path.name(), stats.candidates);
+//! assert_eq!(out.ids.len(), 50);
+//! # Ok::<(), qkindex::Error>(())
+//! ```
+//!
 //! Refresh steps: steps are numbered from 1 in the order [`ReTopK::step`] succeeds (a failed
 //! step does not count, [`ReTopK::prime`] does not count); step `s` is a refresh step when
 //! `s % refresh == 0`, i.e. the `refresh`-th, `2·refresh`-th, … step.
