@@ -17,6 +17,7 @@
 //! | [`ivf`] | [`IvfIndex`], the inverted-file baseline (k-means lists) |
 //! | [`vamana`] | [`VamanaIndex`], DiskANN's graph and OOD-DiskANN's RobustStitch |
 //! | [`flat`] | [`FlatIndex`], the exact scan |
+//! | [`retopk`] | [`ReTopK`], reuse of similar past queries' top-k sets, with an index as the exact path |
 //! | [`io`] | versioned, checksummed, memory-mapped index files and bundles |
 //! | [`eval`] | recall and attention-mass metrics |
 //! | [`dump`], [`npy`] | the dump layout of Q/K/V tensors |
@@ -52,6 +53,7 @@ pub mod ivf;
 pub mod knn;
 pub mod metric;
 pub mod npy;
+pub mod retopk;
 pub mod scratch;
 pub mod search;
 pub mod store;
@@ -65,6 +67,7 @@ pub use flat::FlatIndex;
 pub use hnsw::{HnswIndex, HnswParams};
 pub use ivf::{IvfIndex, IvfParams};
 pub use knn::{CpuKnn, KnnBackend, KnnOptions, KnnResult};
+pub use retopk::{ReTopK, ReTopKParams, StepPath, StepStats};
 pub use scratch::Scratch;
 pub use search::{search_batch, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};
 pub use store::{Dtype, KeyStore};

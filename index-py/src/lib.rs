@@ -7,6 +7,7 @@
 //! | `run.rs` | running long work off the GIL, interruptible with Ctrl-C |
 //! | `index.rs` | `AttentionIndex`, `FlatIndex`, `SearchResult`, batched search, `save`/`load` |
 //! | `kinds.rs` | `HnswIndex`, `IvfIndex`, `VamanaIndex` |
+//! | `retopk.rs` | `ReTopK`, the selector that reuses similar past queries' top-k sets |
 //! | `functions.rs` | `exact_topk`, `recall`, `attention_mass`, timing helpers |
 //! | `dump.rs` | `Dump`, `load_dump`, `validate_dump` |
 //!
@@ -21,6 +22,7 @@ mod errors;
 mod functions;
 mod index;
 mod kinds;
+mod retopk;
 mod run;
 
 use pyo3::prelude::*;
@@ -36,6 +38,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<kinds::IvfIndex>()?;
     m.add_class::<kinds::VamanaIndex>()?;
     m.add_class::<index::SearchResult>()?;
+    m.add_class::<retopk::ReTopK>()?;
     m.add_function(wrap_pyfunction!(index::load, m)?)?;
     m.add_class::<dump::Dump>()?;
     m.add_function(wrap_pyfunction!(functions::exact_topk, m)?)?;

@@ -11,6 +11,10 @@ recall and attention mass against the exact top-k::
     exact_ids, _ = qkindex.exact_topk(queries, keys, 100)
     print(qkindex.recall(res.ids, exact_ids), res.distance_computations.mean() / len(keys))
 
+``qkindex.ReTopK(keys, k=100)`` selects per decode step by reusing the top-k sets of similar
+past queries (``.prime(prefill_queries)``, then ``ids, stats = rt.step(query)``), falling back to
+an exact scan (or ``index=``) when no cached query is similar enough.
+
 Arrays are numpy arrays or CPU torch tensors (anything with ``__array__`` or DLPack), float16
 or float32; float64 and bfloat16 raise ``TypeError`` (no silent casts). A 1-D query gives 1-D
 results. The GIL is released during builds and searches; a batch of queries is searched on
@@ -24,6 +28,7 @@ from ._native import (
     FormatError,
     HnswIndex,
     IvfIndex,
+    ReTopK,
     SearchResult,
     VamanaIndex,
     __version__,
@@ -43,6 +48,7 @@ __all__ = [
     "FormatError",
     "HnswIndex",
     "IvfIndex",
+    "ReTopK",
     "SearchResult",
     "VamanaIndex",
     "__version__",

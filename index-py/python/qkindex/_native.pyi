@@ -25,6 +25,36 @@ class SearchResult:
     @property
     def distance_computations(self) -> Union[npt.NDArray[np.int64], np.int64]: ...
 
+class ReTopK:
+    """ReTopK selector over one head's keys: reuse the top-k sets of similar past queries."""
+
+    def __init__(
+        self,
+        keys: ArrayLike,
+        *,
+        c: int = 32,
+        r: int = 4,
+        w: int = 32,
+        tau: float = 0.85,
+        refresh: int = 128,
+        k: int = 512,
+        seed_fallback: bool = True,
+        index: Optional[Any] = None,
+        ef: Optional[int] = None,
+    ) -> None: ...
+    def prime(self, queries: ArrayLike, visible: Optional[ArrayLike] = None) -> None: ...
+    def step(self, query: ArrayLike) -> Tuple[npt.NDArray[np.int64], Dict[str, Any]]: ...
+    def append(self, key: ArrayLike) -> int: ...
+    def __len__(self) -> int: ...
+    @property
+    def dim(self) -> int: ...
+    @property
+    def cache_len(self) -> int: ...
+    @property
+    def steps(self) -> int: ...
+    @property
+    def params(self) -> Dict[str, Any]: ...
+
 class AttentionIndex:
     """Query-aware graph index over one head's keys, built from training queries."""
 
