@@ -22,6 +22,13 @@ struct Cli {
 // Parsed once per process: the size of the largest variant does not matter.
 #[allow(clippy::large_enum_variant)]
 enum Command {
+    /// The end-to-end demo: prefill the bundled text, dump, build indexes, decode with retrieval
+    /// attention and print what was measured.
+    Demo(cmd::demo::DemoArgs),
+    /// Perplexity, agreement with full attention, mass and latency of attention policies.
+    Eval(cmd::eval::EvalArgs),
+    /// Passkey retrieval (a number hidden in filler text) under attention policies.
+    Passkey(cmd::passkey::PasskeyArgs),
     /// Recall benchmark of index kinds on a dump (recall, scanned fraction, QPS, build time).
     Bench(cmd::bench::BenchArgs),
     /// Merge bench.json files of one run (ours and peers') into one report with plots.
@@ -45,6 +52,9 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Demo(args) => cmd::demo::run(args),
+        Command::Eval(args) => cmd::eval::run(args),
+        Command::Passkey(args) => cmd::passkey::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Report(args) => cmd::report::run(args),
         Command::Scaling(args) => cmd::scaling::run(args),

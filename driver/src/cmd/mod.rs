@@ -2,10 +2,14 @@
 
 pub mod bench;
 pub mod build;
+pub mod demo;
 pub mod dump;
+pub mod eval;
 pub mod generate;
 pub mod inspect;
 pub mod model_args;
+pub mod passkey;
+pub mod policy_args;
 pub mod ppl;
 pub mod report;
 pub mod scaling;

@@ -58,6 +58,9 @@ pub enum ModelError {
         value: String,
         reason: &'static str,
     },
+    /// A decode attention policy failed (its index rejected an input, ...).
+    #[error("attention policy: {0}")]
+    Policy(#[from] qkindex::Error),
 }
 
 /// Shorthand for results of the model code.

@@ -45,9 +45,28 @@ pub struct LayerCapture<'a> {
 /// A capture callback; called once per layer and forward call.
 pub type CaptureFn<'a> = dyn FnMut(LayerCapture<'_>) + 'a;
 
+/// Attention of a decode step computed by a policy (retrieval attention) instead of the exact
+/// scan over the whole cache. Called once per layer for forward calls of one token.
+pub trait DecodeAttention {
+    /// `q`: the `n_heads · head_dim` query values of position `pos` (post-RoPE); `k`, `v`: the
+    /// layer's cache, `n_kv_heads` blocks of row-major `capacity × head_dim`, positions `0..=pos`
+    /// filled (the current token's key included). Writes `out` (`n_heads · head_dim`).
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &mut self,
+        layer: usize,
+        pos: usize,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        capacity: usize,
+        out: &mut [f32],
+    ) -> Result<()>;
+}
+
 /// The KV cache of a sequence: per layer, `n_kv_heads` blocks of row-major `capacity × head_dim`
 /// keys (post-RoPE) and values.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct KvCache {
     capacity: usize,
     len: usize,
@@ -67,6 +86,45 @@ impl KvCache {
 
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Keys of `layer` and KV head `g` at positions `0..len()`, row-major.
+    pub fn keys(&self, layer: usize, g: usize, head_dim: usize) -> &[f32] {
+        let base = g * self.capacity * head_dim;
+        &self.k[layer][base..base + self.len * head_dim]
+    }
+
+    /// Values of `layer` and KV head `g` at positions `0..len()`, row-major.
+    pub fn values(&self, layer: usize, g: usize, head_dim: usize) -> &[f32] {
+        let base = g * self.capacity * head_dim;
+        &self.v[layer][base..base + self.len * head_dim]
+    }
+
+    /// A copy with room for `capacity` positions (at least `len()`).
+    pub fn with_capacity(&self, capacity: usize, head_dim: usize) -> KvCache {
+        let capacity = capacity.max(self.len);
+        let regrow = |blocks: &Vec<Vec<f32>>| -> Vec<Vec<f32>> {
+            blocks
+                .iter()
+                .map(|layer| {
+                    let groups = layer.len() / (self.capacity * head_dim).max(1);
+                    let mut out = vec![0f32; groups * capacity * head_dim];
+                    for g in 0..groups {
+                        let src = g * self.capacity * head_dim;
+                        let dst = g * capacity * head_dim;
+                        let len = self.len * head_dim;
+                        out[dst..dst + len].copy_from_slice(&layer[src..src + len]);
+                    }
+                    out
+                })
+                .collect()
+        };
+        KvCache {
+            capacity,
+            len: self.len,
+            k: regrow(&self.k),
+            v: regrow(&self.v),
+        }
     }
 }
 
@@ -112,7 +170,20 @@ impl Llama {
         &self,
         tokens: &[u32],
         cache: &mut KvCache,
+        capture: Option<&mut CaptureFn<'_>>,
+        timings: &mut Timings,
+    ) -> Result<Vec<f32>> {
+        self.forward_with(tokens, cache, capture, None, timings)
+    }
+
+    /// [`Llama::forward`] where a one-token call (a decode step) takes its attention from
+    /// `policy` when given (prefills always attend exactly).
+    pub fn forward_with(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
         mut capture: Option<&mut CaptureFn<'_>>,
+        mut policy: Option<&mut dyn DecodeAttention>,
         timings: &mut Timings,
     ) -> Result<Vec<f32>> {
         let c = &self.cfg;
@@ -189,7 +260,10 @@ impl Llama {
                 });
             }
             lap(&mut timings.other, &mut t0);
-            ops::attention(&q, kc, vc, shape, pos0, n, &mut att);
+            match policy.as_deref_mut() {
+                Some(p) if n == 1 => p.attend(li, pos0, &q, kc, vc, cache.capacity, &mut att)?,
+                _ => ops::attention(&q, kc, vc, shape, pos0, n, &mut att),
+            }
             lap(&mut timings.attention, &mut t0);
             ops::linear(&att, n, &l.wo, dim, q_dim, &mut h);
             lap(&mut timings.matmul, &mut t0);

@@ -24,7 +24,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 pub use error::{ModelError, Result};
-pub use llama::{argmax, CaptureFn, KvCache, LayerCapture, Llama, Timings};
+pub use llama::{argmax, CaptureFn, DecodeAttention, KvCache, LayerCapture, Llama, Timings};
 pub use tokenizer::{chat_prompt, ModelTokenizer, DEFAULT_SYSTEM};
 pub use weights::Config;
 

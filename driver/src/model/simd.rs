@@ -84,6 +84,13 @@ fn axpy_impl(y: &mut [f32], a: f32, x: &[f32]) {
 }
 
 dispatch! {
+    /// `y += a · x`.
+    fn axpy(y: &mut [f32], a: f32, x: &[f32]) -> () {
+        axpy_impl(y, a, x)
+    }
+}
+
+dispatch! {
     /// `Σ a[i]·b[i]` with 16 independent accumulators (vectorizes).
     fn dot(a: &[f32], b: &[f32]) -> f32 {
         dot_impl(a, b)

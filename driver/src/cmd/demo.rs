@@ -1,0 +1,225 @@
+//! `qkindex demo`, the README's main job: fetch the model if it is missing, prefill the bundled
+//! text, dump two layers' q/k/v, build an index per layer and KV head, then generate with
+//! `index-topk` (streaming the text) while `full` runs the same tokens, and print what was
+//! measured: recall, attention mass, the latency split and the agreement with `full`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use qkindex_driver::decode::{prefill, Decoder, Prefill};
+use qkindex_driver::model::{argmax, find_default_model, Model};
+use qkindex_driver::retrieval::PolicyKind;
+
+use super::model_args::ModelArgs;
+use super::policy_args::PolicyArgs;
+
+/// Permissive license texts from Debian's `/usr/share/common-licenses` (MPL-2.0, Apache-2.0,
+/// MPL-1.1, Artistic, GPL-3), concatenated: the text the demo and `eval` read by default.
+pub const BUNDLED_TEXT: &str = include_str!("../../assets/texts/licenses.txt");
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Prefill length in tokens (of the bundled text).
+    #[arg(long, default_value_t = 8000)]
+    pub context: usize,
+    /// Tokens to generate with retrieval attention.
+    #[arg(long, default_value_t = 48)]
+    pub new: usize,
+    /// Layers whose prefill q/k/v are dumped.
+    #[arg(long, value_delimiter = ',', default_value = "9,23")]
+    pub dump_layers: Vec<usize>,
+    /// Output directory (the dump goes to OUT/dump).
+    #[arg(long, default_value = "demo-out")]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+pub fn run(args: DemoArgs) -> anyhow::Result<()> {
+    if args.model.model.is_none() && find_default_model().is_none() {
+        fetch_model()?;
+    }
+    let m = args.model.load()?;
+    let cfg = &m.llama.cfg;
+    let ids = m.tokenizer.encode(BUNDLED_TEXT)?;
+    let ctx = args.context.min(ids.len());
+    if ctx < 2 || ctx + args.new > cfg.context_length {
+        anyhow::bail!(
+            "--context {} + --new {} must fit the model's {} positions (and the context be at least 2)",
+            args.context,
+            args.new,
+            cfg.context_length
+        );
+    }
+    if let Some(&l) = args.dump_layers.iter().find(|&&l| l >= cfg.n_layers) {
+        anyhow::bail!(
+            "--dump-layers: layer {l} does not exist ({} layers)",
+            cfg.n_layers
+        );
+    }
+    println!(
+        "== prefill: {ctx} tokens of the bundled license texts ({} layers, {} query heads, {} KV heads)",
+        cfg.n_layers, cfg.n_heads, cfg.n_kv_heads
+    );
+    let pre = prefill(&m.llama, &ids[..ctx], ctx, true)?;
+    println!(
+        "   {:.1} s ({:.0} tokens/s)",
+        pre.seconds,
+        ctx as f64 / pre.seconds
+    );
+
+    let dump_dir = args.out.join("dump");
+    write_dump(&m, &pre, &args.dump_layers, &dump_dir)?;
+    println!(
+        "== dump: layers {:?} → {} (read it with `qkindex bench --dump` or qkindex.load_dump)",
+        args.dump_layers,
+        dump_dir.display()
+    );
+
+    let index_cfg = args.policy.config(PolicyKind::IndexTopk);
+    let total = cfg.n_layers * cfg.n_kv_heads;
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(ProgressStyle::with_template(
+        "   {bar:30} {pos}/{len} indexes [{elapsed}<{eta}]",
+    )?);
+    println!(
+        "== build: one {:?} index per layer and KV head over the keys outside the static set \
+         (sink {}, window {}), from the prefill queries",
+        index_cfg.index, index_cfg.sink, index_cfg.window
+    );
+    let mut fast = Decoder::new(&m.llama, &pre, &index_cfg, args.new, |d, _| {
+        bar.set_position(d as u64)
+    })?;
+    bar.finish_and_clear();
+    let build_s = fast.stats().map_or(0.0, |s| s.build_s);
+    println!("   {total} indexes in {build_s:.1} s");
+    let full_cfg = args.policy.config(PolicyKind::Full);
+    let mut full = Decoder::new(&m.llama, &pre, &full_cfg, args.new, |_, _| {})?;
+
+    println!(
+        "== decode: {} tokens, greedy, attention = static + top-{} from the index",
+        args.new, index_cfg.k
+    );
+    let mut stream = m.tokenizer.stream();
+    let mut out = std::io::stdout().lock();
+    let mut logits = pre.last_logits.clone();
+    let mut full_logits = pre.last_logits.clone();
+    let mut agree = 0usize;
+    let eos = m.tokenizer.eos_id;
+    let skip = |id: u32| m.tokenizer.is_control(id);
+    let mut produced = 0usize;
+    for _ in 0..args.new {
+        let next = argmax(&logits, skip);
+        agree += usize::from(next == argmax(&full_logits, skip));
+        produced += 1;
+        if next == eos {
+            break;
+        }
+        write!(out, "{}", stream.push(next)?)?;
+        out.flush()?;
+        logits = fast.step(next)?;
+        full_logits = full.step(next)?;
+    }
+    writeln!(out)?;
+    drop(out);
+
+    let s = fast.stats().context("index-topk keeps statistics")?;
+    let (lf, lx) = (fast.latency(), full.latency());
+    let pct = |x: Option<f64>| x.map_or("—".to_string(), |v| format!("{:.1}%", 100.0 * v));
+    println!(
+        "== measured over {produced} steps × {} layers × {} query heads",
+        cfg.n_layers, cfg.n_heads
+    );
+    println!(
+        "   recall@{} of the retrieved keys (vs the exact top-{} outside the static set): {}",
+        index_cfg.k,
+        index_cfg.k,
+        pct(s.recall())
+    );
+    println!(
+        "   softmax mass on the attended keys: {} (of the exact top-k selection's: {})",
+        pct(s.mass()),
+        pct(s.mass_ratio())
+    );
+    let per = s.distance_computations as f64 / s.selections.max(1) as f64;
+    println!(
+        "   index search: {per:.0} inner products per head and step ({} of the keys outside the static set)",
+        pct(Some(per / pre.cache.len().saturating_sub(index_cfg.sink + index_cfg.window).max(1) as f64))
+    );
+    println!(
+        "   top-1 agreement with full attention: {agree}/{produced} ({:.1}%)",
+        100.0 * agree as f64 / produced.max(1) as f64
+    );
+    println!(
+        "   ms per token   index-topk: search {:.2} + attention {:.2} + rest {:.2} = {:.2}   full: attention {:.2} + rest {:.2} = {:.2}",
+        lf.search, lf.attention, lf.rest, lf.total, lx.attention, lx.rest, lx.total
+    );
+    Ok(())
+}
+
+/// Runs `scripts/get-model.sh` of the repository this binary was built from.
+fn fetch_model() -> anyhow::Result<()> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/get-model.sh");
+    if !script.is_file() {
+        anyhow::bail!(
+            "the model is missing and {} is not there; pass --model PATH",
+            script.display()
+        );
+    }
+    println!("== model missing: running {}", script.display());
+    let status = std::process::Command::new("bash")
+        .arg(&script)
+        .status()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !status.success() {
+        anyhow::bail!("{} failed ({status})", script.display());
+    }
+    Ok(())
+}
+
+/// Writes the prefill q/k/v of `layers` in the dump layout (float16, head-major).
+fn write_dump(m: &Model, pre: &Prefill, layers: &[usize], dir: &Path) -> anyhow::Result<()> {
+    let c = &m.llama.cfg;
+    let (n, hd) = (pre.cache.len(), c.head_dim);
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for &l in layers {
+        let width = c.n_heads * hd;
+        let mut q = vec![0f32; c.n_heads * n * hd];
+        for h in 0..c.n_heads {
+            for p in 0..n {
+                q[(h * n + p) * hd..][..hd].copy_from_slice(&pre.q[l][p * width + h * hd..][..hd]);
+            }
+        }
+        let kv =
+            |f: &dyn Fn(usize) -> Vec<f32>| -> Vec<f32> { (0..c.n_kv_heads).flat_map(f).collect() };
+        let k = kv(&|g| pre.cache.keys(l, g, hd).to_vec());
+        let v = kv(&|g| pre.cache.values(l, g, hd).to_vec());
+        let path = |part: &str| dir.join(format!("layer{l:02}.{part}.npy"));
+        qkindex::npy::write_f16(&path("q"), &[c.n_heads, n, hd], &q)?;
+        qkindex::npy::write_f16(&path("k"), &[c.n_kv_heads, n, hd], &k)?;
+        qkindex::npy::write_f16(&path("v"), &[c.n_kv_heads, n, hd], &v)?;
+    }
+    let manifest = qkindex::dump::Manifest {
+        format: "qkindex-dump/1".into(),
+        model: m.name.clone(),
+        head_dim: hd,
+        n_layers: c.n_layers,
+        n_q_heads: c.n_heads,
+        n_kv_heads: c.n_kv_heads,
+        layers: layers.to_vec(),
+        n_prefill: n,
+        n_decode: 0,
+        rope_theta: c.rope_theta,
+        source: "qkindex demo: the bundled license texts".into(),
+    };
+    std::fs::write(
+        dir.join("manifest.json"),
+        serde_json::to_string_pretty(&manifest)?,
+    )?;
+    Ok(())
+}

@@ -1,0 +1,251 @@
+//! `qkindex eval`: what each attention policy does to the model's output. One prefill of
+//! `context − 1` tokens (exact attention), then the continuation teacher-forced one token per
+//! decode step through each policy: perplexity, top-1 agreement and KL divergence against
+//! `full`, attention mass and recall, and the per-token latency split.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use qkindex_driver::decode::{log_softmax, prefill, Decoder, Latency, Prefill};
+use qkindex_driver::model::{argmax, Model};
+use qkindex_driver::retrieval::{PolicyConfig, PolicyKind};
+use serde::Serialize;
+
+use super::model_args::ModelArgs;
+use super::policy_args::PolicyArgs;
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Text file (UTF-8) [default: the bundled license texts].
+    #[arg(long)]
+    pub text: Option<PathBuf>,
+    /// Tokens before the first scored token (prefilled with exact attention).
+    #[arg(long, default_value_t = 7936)]
+    pub context: usize,
+    /// Tokens scored after the context, each predicted by a decode step under the policy.
+    #[arg(long, default_value_t = 256)]
+    pub continuation: usize,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Write the results as JSON (an object for one policy, an array for several).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+/// What one policy did to the continuation.
+#[derive(Debug, Serialize)]
+pub struct EvalResult {
+    pub policy: String,
+    pub config: PolicyConfig,
+    pub context: usize,
+    pub continuation: usize,
+    pub ppl: f64,
+    /// Share of steps whose argmax equals `full`'s.
+    pub top1_agreement: f64,
+    /// Mean KL(full ‖ policy) of the next-token distributions, nats.
+    pub kl: f64,
+    /// Mean softmax mass (of all keys) on the attended keys.
+    pub mass: Option<f64>,
+    /// `mass` over the mass with the rest's exact top-k instead of the retrieved keys.
+    pub mass_ratio: Option<f64>,
+    /// Mean recall@k of the retrieved keys against the rest's exact top-k.
+    pub recall: Option<f64>,
+    /// Mean recall over the first and last 100 steps (insertion stability).
+    pub recall_first100: Option<f64>,
+    pub recall_last100: Option<f64>,
+    /// Selector inner products per query head and step, and as a share of the keys.
+    pub distance_computations: Option<f64>,
+    pub keys_attended: Option<f64>,
+    pub latency_ms: Latency,
+    pub build_s: f64,
+    /// Mean recall per step (measured runs with a rest).
+    pub recall_by_step: Vec<f64>,
+}
+
+pub fn run(args: EvalArgs) -> anyhow::Result<()> {
+    let text = match &args.text {
+        Some(p) => {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
+        }
+        None => super::demo::BUNDLED_TEXT.to_string(),
+    };
+    let m = args.model.load()?;
+    let ids = m.tokenizer.encode(&text)?;
+    let (ctx, cont) = (args.context, args.continuation);
+    if ctx < 2 || cont == 0 {
+        anyhow::bail!("--context must be at least 2 and --continuation at least 1");
+    }
+    if ctx + cont > ids.len() {
+        anyhow::bail!(
+            "the text has {} tokens; --context {ctx} + --continuation {cont} needs {}",
+            ids.len(),
+            ctx + cont
+        );
+    }
+    let max_pos = m.llama.cfg.context_length;
+    if ctx + cont - 1 > max_pos {
+        anyhow::bail!("--context + --continuation − 1 must be at most the model's {max_pos}");
+    }
+    let results = evaluate(&m, &ids[..ctx + cont], ctx, &args.policy)?;
+    print_table(&results);
+    if let Some(path) = &args.json {
+        let json = if results.len() == 1 {
+            serde_json::to_string_pretty(&results[0])?
+        } else {
+            serde_json::to_string_pretty(&results)?
+        };
+        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Scores `tokens[ctx..]` after a prefill of `tokens[..ctx − 1]`, under `full` and each policy.
+pub fn evaluate(
+    m: &Model,
+    tokens: &[u32],
+    ctx: usize,
+    policies: &PolicyArgs,
+) -> anyhow::Result<Vec<EvalResult>> {
+    let kinds = policies.kinds();
+    let needs_q = kinds
+        .iter()
+        .any(|k| !matches!(k, PolicyKind::Full | PolicyKind::Static));
+    let cont = tokens.len() - ctx;
+    eprintln!("prefill of {} tokens...", ctx - 1);
+    let pre = prefill(&m.llama, &tokens[..ctx - 1], ctx - 1, needs_q)?;
+    eprintln!("prefill {:.1} s", pre.seconds);
+    let mut reference: Vec<Vec<f64>> = Vec::new();
+    let mut ref_top: Vec<u32> = Vec::new();
+    let mut results = Vec::new();
+    for kind in kinds {
+        let cfg = policies.config(kind);
+        let r = run_policy(
+            m,
+            &pre,
+            tokens,
+            ctx,
+            cont,
+            &cfg,
+            &mut reference,
+            &mut ref_top,
+        )?;
+        eprintln!(
+            "{:<11} ppl {:.4}  top-1 {:.4}  kl {:.5}  {:.2} ms/token",
+            r.policy, r.ppl, r.top1_agreement, r.kl, r.latency_ms.total
+        );
+        results.push(r);
+    }
+    Ok(results)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_policy(
+    m: &Model,
+    pre: &Prefill,
+    tokens: &[u32],
+    ctx: usize,
+    cont: usize,
+    cfg: &PolicyConfig,
+    reference: &mut Vec<Vec<f64>>,
+    ref_top: &mut Vec<u32>,
+) -> anyhow::Result<EvalResult> {
+    let builds = ProgressBar::new((m.llama.cfg.n_layers * m.llama.cfg.n_kv_heads) as u64);
+    builds.set_style(ProgressStyle::with_template(
+        "{msg} {bar:30} {pos}/{len} KV heads [{elapsed}]",
+    )?);
+    builds.set_message(format!("{}: building", cfg.kind.name()));
+    let mut dec = Decoder::new(&m.llama, pre, cfg, cont, |done, _| {
+        builds.set_position(done as u64)
+    })?;
+    builds.finish_and_clear();
+    let bar = ProgressBar::new(cont as u64);
+    bar.set_style(ProgressStyle::with_template(
+        "{msg} {bar:30} {pos}/{len} tokens [{elapsed}<{eta}]",
+    )?);
+    bar.set_message(format!("{}: decoding", cfg.kind.name()));
+    let is_ref = reference.is_empty();
+    let (mut nll, mut agree, mut kl) = (0f64, 0usize, 0f64);
+    for t in 0..cont {
+        let logits = dec.step(tokens[ctx - 1 + t])?;
+        let lp = log_softmax(&logits);
+        nll -= lp[tokens[ctx + t] as usize];
+        let top = argmax(&logits, |_| false);
+        if is_ref {
+            reference.push(lp);
+            ref_top.push(top);
+            agree += 1;
+        } else {
+            agree += usize::from(top == ref_top[t]);
+            let p = &reference[t];
+            kl += p
+                .iter()
+                .zip(&lp)
+                .map(|(&a, &b)| a.exp() * (a - b))
+                .sum::<f64>();
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let n = cont as f64;
+    let stats = dec.stats();
+    let window_mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+    let by_step = stats.map(|s| s.step_recall.clone()).unwrap_or_default();
+    let per_sel = |x: u64| {
+        stats
+            .filter(|s| s.selections > 0)
+            .map(|s| x as f64 / s.selections as f64)
+    };
+    Ok(EvalResult {
+        policy: cfg.kind.name().to_string(),
+        config: cfg.clone(),
+        context: ctx,
+        continuation: cont,
+        ppl: (nll / n).exp(),
+        top1_agreement: agree as f64 / n,
+        kl: kl / n,
+        mass: stats.and_then(|s| s.mass()),
+        mass_ratio: stats.and_then(|s| s.mass_ratio()),
+        recall: stats
+            .and_then(|s| s.recall())
+            .filter(|_| cfg.kind != PolicyKind::Static),
+        recall_first100: window_mean(&by_step[..by_step.len().min(100)]),
+        recall_last100: window_mean(&by_step[by_step.len().saturating_sub(100)..]),
+        distance_computations: stats.and_then(|s| per_sel(s.distance_computations)),
+        keys_attended: stats.and_then(|s| per_sel(s.keys_attended)),
+        latency_ms: dec.latency(),
+        build_s: stats.map_or(0.0, |s| s.build_s),
+        recall_by_step: by_step,
+    })
+}
+
+fn print_table(results: &[EvalResult]) {
+    let opt = |x: Option<f64>| x.map_or("—".to_string(), |v| format!("{v:.4}"));
+    println!(
+        "| policy | ppl | top-1 agreement | KL | mass | mass ratio | recall | keys attended | search ms | attention ms | rest ms | total ms | build s |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in results {
+        let l = &r.latency_ms;
+        println!(
+            "| {} | {:.4} | {:.4} | {:.5} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} |",
+            r.policy,
+            r.ppl,
+            r.top1_agreement,
+            r.kl,
+            opt(r.mass),
+            opt(r.mass_ratio),
+            opt(r.recall),
+            r.keys_attended.map_or("all".to_string(), |v| format!("{v:.0}")),
+            l.search,
+            l.attention,
+            l.rest,
+            l.total,
+            r.build_s
+        );
+    }
+}

@@ -1,0 +1,203 @@
+//! `qkindex passkey`: a five-digit number hidden at a depth of filler text; the model is asked to
+//! repeat it. The filler, key and filler are prefilled (exact attention); the question is then
+//! fed one token per decode step through the policy and the answer generated greedily through
+//! it, so every token that must find the key does so under the policy.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use qkindex::synth::Rng;
+use qkindex_driver::decode::{prefill, Decoder};
+use qkindex_driver::model::{argmax, Model};
+use qkindex_driver::retrieval::PolicyKind;
+use serde::Serialize;
+
+use super::model_args::ModelArgs;
+use super::policy_args::PolicyArgs;
+
+const HEAD: &str = "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. I will quiz you about the important information there.\n";
+const FILLER: &str =
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
+const QUESTION: &str = "\nWhat is the pass key? The pass key is";
+/// Tokens generated for the answer.
+const ANSWER_TOKENS: usize = 6;
+
+#[derive(Debug, Args)]
+pub struct PasskeyArgs {
+    /// Prompt lengths in tokens (approximate: whole filler sentences).
+    #[arg(long, value_delimiter = ',', default_value = "2048,4096,8000")]
+    pub lengths: Vec<usize>,
+    /// Depths of the key, percent of the filler.
+    #[arg(long, value_delimiter = ',', default_value = "10,30,50,70,90")]
+    pub depths: Vec<usize>,
+    /// Trials (different keys) per length and depth.
+    #[arg(long, default_value_t = 1)]
+    pub trials: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Write the results as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+#[derive(Debug, Serialize)]
+struct Trial {
+    length: usize,
+    depth: usize,
+    key: String,
+    /// Per policy: (name, answer text, success).
+    answers: Vec<(String, String, bool)>,
+}
+
+#[derive(Debug, Serialize)]
+struct Summary {
+    policy: String,
+    successes: usize,
+    trials: usize,
+    rate: f64,
+    /// Per length: (length, successes, trials).
+    by_length: Vec<(usize, usize, usize)>,
+}
+
+pub fn run(args: PasskeyArgs) -> anyhow::Result<()> {
+    let m = args.model.load()?;
+    if args.depths.iter().any(|&d| d > 100) {
+        anyhow::bail!("--depths are percentages (0..=100)");
+    }
+    let kinds = args.policy.kinds();
+    let needs_q = kinds
+        .iter()
+        .any(|k| !matches!(k, PolicyKind::Full | PolicyKind::Static));
+    let mut rng = Rng::new(args.seed);
+    let mut trials = Vec::new();
+    for &length in &args.lengths {
+        for &depth in &args.depths {
+            for _ in 0..args.trials {
+                let key = format!("{}", 10000 + rng.below(90000));
+                let (context, question) = prompt(&m, length, depth, &key)?;
+                let total = context.len() + question.len() + ANSWER_TOKENS;
+                if total > m.llama.cfg.context_length {
+                    anyhow::bail!(
+                        "length {length}: {total} positions exceed the model's {}",
+                        m.llama.cfg.context_length
+                    );
+                }
+                let pre = prefill(&m.llama, &context, context.len(), needs_q)?;
+                let mut answers = Vec::new();
+                for &kind in &kinds {
+                    let cfg = args.policy.config(kind);
+                    let mut dec = Decoder::new(
+                        &m.llama,
+                        &pre,
+                        &cfg,
+                        question.len() + ANSWER_TOKENS,
+                        |_, _| {},
+                    )?;
+                    let mut logits = Vec::new();
+                    for &t in &question {
+                        logits = dec.step(t)?;
+                    }
+                    let mut answer = Vec::new();
+                    for i in 0..ANSWER_TOKENS {
+                        let next = argmax(&logits, |id| m.tokenizer.is_control(id));
+                        answer.push(next);
+                        if i + 1 < ANSWER_TOKENS {
+                            logits = dec.step(next)?;
+                        }
+                    }
+                    let text = m.tokenizer.decode(&answer)?;
+                    let ok = text.contains(&key);
+                    eprintln!(
+                        "length {length} ({} tokens) depth {depth}% key {key} {:<11} {} {:?}",
+                        context.len() + question.len(),
+                        kind.name(),
+                        if ok { "ok  " } else { "FAIL" },
+                        text.trim()
+                    );
+                    answers.push((kind.name().to_string(), text, ok));
+                }
+                trials.push(Trial {
+                    length,
+                    depth,
+                    key,
+                    answers,
+                });
+            }
+        }
+    }
+    let summaries: Vec<Summary> = kinds
+        .iter()
+        .enumerate()
+        .map(|(i, kind)| {
+            let by_length = args
+                .lengths
+                .iter()
+                .map(|&len| {
+                    let of_len: Vec<&Trial> = trials.iter().filter(|t| t.length == len).collect();
+                    let ok = of_len.iter().filter(|t| t.answers[i].2).count();
+                    (len, ok, of_len.len())
+                })
+                .collect();
+            let successes = trials.iter().filter(|t| t.answers[i].2).count();
+            Summary {
+                policy: kind.name().to_string(),
+                successes,
+                trials: trials.len(),
+                rate: successes as f64 / trials.len().max(1) as f64,
+                by_length,
+            }
+        })
+        .collect();
+    print!("| policy |");
+    for len in &args.lengths {
+        print!(" {len} tokens |");
+    }
+    println!(" all |");
+    println!("|---|{}---|", "---|".repeat(args.lengths.len()));
+    for s in &summaries {
+        print!("| {} |", s.policy);
+        for (_, ok, n) in &s.by_length {
+            print!(" {ok}/{n} |");
+        }
+        println!(" {}/{} ({:.0}%) |", s.successes, s.trials, 100.0 * s.rate);
+    }
+    if let Some(path) = &args.json {
+        let json = serde_json::json!({
+            "schema": "qkindex-passkey/1",
+            "config": args.policy.config(PolicyKind::IndexTopk),
+            "summary": summaries,
+            "trials": trials,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// The prefilled part (head, filler with the key sentence at `depth`%, filler) and the question,
+/// as tokens; the filler is repeated to bring the whole to about `length` tokens.
+fn prompt(
+    m: &Model,
+    length: usize,
+    depth: usize,
+    key: &str,
+) -> anyhow::Result<(Vec<u32>, Vec<u32>)> {
+    let tok = |s: &str| m.tokenizer.encode(s);
+    let needle = format!("The pass key is {key}. Remember it. {key} is the pass key. ");
+    let fixed = tok(HEAD)?.len() + tok(&needle)?.len() + tok(QUESTION)?.len();
+    let unit = tok(FILLER)?.len().max(1);
+    let units = length.saturating_sub(fixed) / unit;
+    let before = units * depth / 100;
+    let text = format!(
+        "{HEAD}{}{needle}{}",
+        FILLER.repeat(before),
+        FILLER.repeat(units - before)
+    );
+    Ok((tok(&text)?, tok(QUESTION)?))
+}

@@ -1,0 +1,158 @@
+//! Decoding under an attention policy: a prefill (exact attention, queries captured for index
+//! builds), then one-token steps whose attention a [`Retrieval`] computes (or the exact scan for
+//! `full`), with the per-token latency split into search / attention / rest.
+
+use std::time::{Duration, Instant};
+
+use crate::model::{KvCache, LayerCapture, Llama, ModelError, Timings};
+use crate::retrieval::{PolicyConfig, PolicyKind, Retrieval, RetrievalStats};
+
+/// A prefilled sequence: its cache, its queries per layer (row-major
+/// `n × (n_heads · head_dim)`, empty when not captured) and the logits of its last position.
+#[derive(Debug, Clone)]
+pub struct Prefill {
+    pub cache: KvCache,
+    pub q: Vec<Vec<f32>>,
+    pub last_logits: Vec<f32>,
+    pub seconds: f64,
+}
+
+/// Runs `tokens` from an empty cache with room for `capacity` positions; captures the queries
+/// of every layer when `capture_q`.
+pub fn prefill(
+    llama: &Llama,
+    tokens: &[u32],
+    capacity: usize,
+    capture_q: bool,
+) -> Result<Prefill, ModelError> {
+    let t0 = Instant::now();
+    let mut cache = llama.new_cache(capacity)?;
+    let mut q = vec![Vec::new(); llama.cfg.n_layers];
+    let mut tm = Timings::default();
+    let hidden = if capture_q {
+        let mut cb = |c: LayerCapture<'_>| q[c.layer].extend_from_slice(c.q);
+        llama.forward(tokens, &mut cache, Some(&mut cb), &mut tm)?
+    } else {
+        llama.forward(tokens, &mut cache, None, &mut tm)?
+    };
+    let last_logits = llama.last_logits(&hidden, &mut tm);
+    Ok(Prefill {
+        cache,
+        q,
+        last_logits,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// Mean per-token latency, milliseconds.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct Latency {
+    pub search: f64,
+    pub attention: f64,
+    pub rest: f64,
+    pub total: f64,
+}
+
+/// One sequence decoding under one policy.
+#[derive(Debug)]
+pub struct Decoder<'m> {
+    llama: &'m Llama,
+    cache: KvCache,
+    retrieval: Option<Retrieval>,
+    timings: Timings,
+    wall: Duration,
+    steps: u64,
+}
+
+impl<'m> Decoder<'m> {
+    /// A decoder continuing `prefill` for up to `extra` more positions; builds the policy's
+    /// indexes (`progress(done, total)` after each KV head).
+    pub fn new(
+        llama: &'m Llama,
+        prefill: &Prefill,
+        cfg: &PolicyConfig,
+        extra: usize,
+        mut progress: impl FnMut(usize, usize),
+    ) -> Result<Self, ModelError> {
+        let hd = llama.cfg.head_dim;
+        let capacity = (prefill.cache.len() + extra).min(llama.cfg.context_length);
+        let cache = prefill.cache.with_capacity(capacity, hd);
+        let total = llama.cfg.n_layers * llama.cfg.n_kv_heads;
+        let retrieval = match cfg.kind {
+            PolicyKind::Full => None,
+            _ => Some(Retrieval::new(
+                cfg.clone(),
+                &llama.cfg,
+                &cache,
+                &prefill.q,
+                |layer, g| progress(layer * llama.cfg.n_kv_heads + g + 1, total),
+            )?),
+        };
+        Ok(Decoder {
+            llama,
+            cache,
+            retrieval,
+            timings: Timings::default(),
+            wall: Duration::ZERO,
+            steps: 0,
+        })
+    }
+
+    /// Feeds one token; returns the logits of the next.
+    pub fn step(&mut self, token: u32) -> Result<Vec<f32>, ModelError> {
+        let t0 = Instant::now();
+        let policy = self
+            .retrieval
+            .as_mut()
+            .map(|r| r as &mut dyn crate::model::DecodeAttention);
+        let hidden =
+            self.llama
+                .forward_with(&[token], &mut self.cache, None, policy, &mut self.timings)?;
+        let logits = self.llama.last_logits(&hidden, &mut self.timings);
+        self.wall += t0.elapsed();
+        self.steps += 1;
+        Ok(logits)
+    }
+
+    /// Positions in the cache.
+    pub fn len(&self) -> usize {
+        self.cache.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cache.is_empty()
+    }
+
+    /// The policy's statistics (None for `full`).
+    pub fn stats(&self) -> Option<&RetrievalStats> {
+        self.retrieval.as_ref().map(|r| &r.stats)
+    }
+
+    /// Mean latency per step so far; the measurement pass of a policy is excluded.
+    pub fn latency(&self) -> Latency {
+        let per = |d: Duration| 1e3 * d.as_secs_f64() / self.steps.max(1) as f64;
+        let (search, attention, measure) = match &self.retrieval {
+            Some(r) => (r.stats.search, r.stats.attention, r.stats.measure),
+            None => (Duration::ZERO, self.timings.attention, Duration::ZERO),
+        };
+        let total = self.wall.saturating_sub(measure);
+        Latency {
+            search: per(search),
+            attention: per(attention),
+            rest: per(total.saturating_sub(search + attention)),
+            total: per(total),
+        }
+    }
+}
+
+/// `log softmax` of logits, in f64.
+pub fn log_softmax(logits: &[f32]) -> Vec<f64> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = max
+        + logits
+            .iter()
+            .map(|&l| (l as f64 - max).exp())
+            .sum::<f64>()
+            .ln();
+    logits.iter().map(|&l| l as f64 - lse).collect()
+}

@@ -1,0 +1,535 @@
+//! Retrieval attention for decode steps (DESIGN.md §2): per query head, a static set `S` (the
+//! first `sink` positions and the last `window`) is attended exactly; a selector picks `Ω`, `k`
+//! keys from the rest `R` (positions `sink..n − window`); the two parts are merged exactly
+//! ([`softmax::Partial`]).
+//!
+//! | file | job |
+//! |---|---|
+//! | `softmax.rs` | partial attention over a set of positions; the exact merge |
+//! | `rest.rs` | the index over one KV head's rest (any kind; insertion or an exact tail) |
+//! | `mod.rs` | policies, per-head state, the decode hook, statistics |
+//!
+//! State is per layer and KV head: one index over that head's rest, shared by the query heads
+//! that read it (built from all their prefill queries, as the benchmarks measure it). When a key
+//! leaves the window it is inserted into the index, guided by the decode query of the group that
+//! scored it highest while it was in the window (the query-aware insertion of
+//! `qkindex::AttentionIndex::insert`).
+
+pub mod rest;
+pub mod softmax;
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use qkindex::{Scratch, SearchOutput, SearchParams};
+use rayon::prelude::*;
+
+use crate::model::{simd, Config, DecodeAttention, KvCache, ModelError};
+pub use rest::{RestIndex, RestKind};
+use softmax::Partial;
+
+/// How decode steps choose the keys they attend to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyKind {
+    /// Every key (the reference).
+    Full,
+    /// The static set only: first `sink` + last `window` positions (StreamingLLM).
+    Static,
+    /// Static + the exact top-k of the rest (a scan).
+    ExactTopk,
+    /// Static + the top-k an index returns from the rest.
+    IndexTopk,
+}
+
+impl PolicyKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Full => "full",
+            PolicyKind::Static => "static",
+            PolicyKind::ExactTopk => "exact-topk",
+            PolicyKind::IndexTopk => "index-topk",
+        }
+    }
+}
+
+/// A policy and its sizes.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PolicyConfig {
+    pub kind: PolicyKind,
+    /// Attention sinks: the first positions, always attended.
+    pub sink: usize,
+    /// Recent window: the last positions, always attended.
+    pub window: usize,
+    /// Keys retrieved from the rest per query head.
+    pub k: usize,
+    /// Index kind of `index-topk`.
+    pub index: RestKind,
+    /// Graph search list size (`None`: the index default, raised to `k`).
+    pub ef: Option<usize>,
+    /// IVF lists probed (`None`: the index default).
+    pub nprobe: Option<usize>,
+    /// Also score every key each step (untimed) to report mass and recall.
+    pub measure: bool,
+}
+
+impl PolicyConfig {
+    /// Defaults of DESIGN.md §2: sink 128, window 512, k 100, AttentionIndex.
+    pub fn new(kind: PolicyKind) -> Self {
+        PolicyConfig {
+            kind,
+            sink: 128,
+            window: 512,
+            k: 100,
+            index: RestKind::Attention,
+            ef: None,
+            nprobe: None,
+            measure: true,
+        }
+    }
+
+    fn rest_kind(&self) -> Option<RestKind> {
+        match self.kind {
+            PolicyKind::Full | PolicyKind::Static => None,
+            PolicyKind::ExactTopk => Some(RestKind::Flat),
+            PolicyKind::IndexTopk => Some(self.index),
+        }
+    }
+}
+
+/// What the decode steps did, accumulated.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct RetrievalStats {
+    /// Decode positions run (forward calls of one token).
+    pub steps: u64,
+    /// Index upkeep (inserting keys that left the window) and selection, all layers.
+    #[serde(skip)]
+    pub search: Duration,
+    /// Partial attentions and merges, all layers.
+    #[serde(skip)]
+    pub attention: Duration,
+    /// The untimed measurement pass (excluded from every latency).
+    #[serde(skip)]
+    pub measure: Duration,
+    /// Index building after the prefill, seconds.
+    pub build_s: f64,
+    /// Selector inner products over all (step, layer, query head).
+    pub distance_computations: u64,
+    /// (step, layer, query head) selections.
+    pub selections: u64,
+    /// Keys attended over all selections (static + retrieved).
+    pub keys_attended: u64,
+    /// Sums over measured selections: softmax mass of the attended keys (of all keys); that
+    /// mass over the mass with the exact top-k in place of the retrieved keys; recall@k of the
+    /// retrieved keys against the rest's exact top-k.
+    pub mass_sum: f64,
+    pub mass_ratio_sum: f64,
+    pub recall_sum: f64,
+    pub measured: u64,
+    /// Mean recall over layers and heads, per decode step (measured runs with a rest only).
+    pub step_recall: Vec<f64>,
+}
+
+impl RetrievalStats {
+    pub fn mass(&self) -> Option<f64> {
+        (self.measured > 0).then(|| self.mass_sum / self.measured as f64)
+    }
+    pub fn mass_ratio(&self) -> Option<f64> {
+        (self.measured > 0).then(|| self.mass_ratio_sum / self.measured as f64)
+    }
+    pub fn recall(&self) -> Option<f64> {
+        (self.measured > 0).then(|| self.recall_sum / self.measured as f64)
+    }
+}
+
+/// A key beyond the sinks that is not in the index yet, with the best query seen for it.
+#[derive(Clone, Debug)]
+struct Guide {
+    score: f32,
+    query: Vec<f32>,
+}
+
+/// One KV head of one layer.
+struct HeadState {
+    rest: Option<RestIndex>,
+    /// Keys at positions `sink + rest.len()..` (only tracked for AttentionIndex).
+    guides: VecDeque<Guide>,
+    scratch: Scratch,
+    found: SearchOutput,
+    /// Per query head of the group: the positions retrieved this step.
+    selected: Vec<Vec<usize>>,
+    scores: Vec<f32>,
+    dc: u64,
+    measure: Measured,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Measured {
+    mass: f64,
+    mass_ratio: f64,
+    recall: f64,
+    count: u64,
+}
+
+/// The decode hook of a policy other than `full`: per layer and KV head, the rest index and
+/// its window bookkeeping.
+pub struct Retrieval {
+    cfg: PolicyConfig,
+    n_heads: usize,
+    n_kv: usize,
+    hd: usize,
+    n_layers: usize,
+    layers: Vec<Vec<HeadState>>,
+    params: SearchParams,
+    pub stats: RetrievalStats,
+    step_recall: (f64, u64),
+}
+
+impl Retrieval {
+    /// State for decoding after a prefill: `cache` holds the prefill's keys, `prefill_q[layer]`
+    /// its queries (row-major `n_prefill × (n_heads · head_dim)`; may be empty for policies
+    /// without an index). `progress` is called after each (layer, KV head) build.
+    pub fn new(
+        cfg: PolicyConfig,
+        model: &Config,
+        cache: &KvCache,
+        prefill_q: &[Vec<f32>],
+        mut progress: impl FnMut(usize, usize),
+    ) -> Result<Self, ModelError> {
+        let t0 = Instant::now();
+        let (n_heads, n_kv, hd) = (model.n_heads, model.n_kv_heads, model.head_dim);
+        let group = n_heads / n_kv;
+        let n = cache.len();
+        let rest_end = n.saturating_sub(cfg.window).max(cfg.sink.min(n));
+        let kind = cfg.rest_kind();
+        if kind.is_some() && rest_end <= cfg.sink {
+            return Err(qkindex::Error::invalid_param(
+                "context",
+                n,
+                format!(
+                    "must exceed sink + window = {} for {}",
+                    cfg.sink + cfg.window,
+                    cfg.kind.name()
+                ),
+            )
+            .into());
+        }
+        if cfg.k == 0 {
+            return Err(qkindex::Error::invalid_param("k", 0, "must be at least 1").into());
+        }
+        let track_guides = kind == Some(RestKind::Attention);
+        let width = n_heads * hd;
+        let mut layers = Vec::with_capacity(model.n_layers);
+        for layer in 0..model.n_layers {
+            let mut heads = Vec::with_capacity(n_kv);
+            for g in 0..n_kv {
+                let keys = cache.keys(layer, g, hd);
+                let rest = match kind {
+                    None => None,
+                    Some(kind) => {
+                        let q = prefill_q
+                            .get(layer)
+                            .filter(|q| q.len() == n * width)
+                            .ok_or_else(|| {
+                                qkindex::Error::invalid_param(
+                                    "prefill queries",
+                                    layer,
+                                    "missing or of the wrong size for this layer",
+                                )
+                            })?;
+                        let mut train = Vec::with_capacity(group * n * hd);
+                        for j in 0..group {
+                            let h = g * group + j;
+                            for p in 0..n {
+                                train.extend_from_slice(&q[p * width + h * hd..][..hd]);
+                            }
+                        }
+                        let rest_keys = keys[cfg.sink * hd..rest_end * hd].to_vec();
+                        Some(RestIndex::build(kind, rest_keys, hd, &train)?)
+                    }
+                };
+                let mut guides = VecDeque::new();
+                if track_guides {
+                    let q = &prefill_q[layer];
+                    for p in rest_end..n {
+                        guides.push_back(best_guide(
+                            &keys[p * hd..(p + 1) * hd],
+                            (p..n).flat_map(|t| {
+                                (0..group).map(move |j| {
+                                    let h = g * group + j;
+                                    &q[t * width + h * hd..][..hd]
+                                })
+                            }),
+                        ));
+                    }
+                }
+                heads.push(HeadState {
+                    scratch: Scratch::new(rest.as_ref().map_or(0, RestIndex::len)),
+                    rest,
+                    guides,
+                    found: SearchOutput::default(),
+                    selected: vec![Vec::new(); group],
+                    scores: Vec::new(),
+                    dc: 0,
+                    measure: Measured::default(),
+                });
+                progress(layer, g);
+            }
+            layers.push(heads);
+        }
+        let params = SearchParams {
+            ef: cfg.ef.map(|ef| ef.max(cfg.k)),
+            nprobe: cfg.nprobe,
+            seeds: Vec::new(),
+        };
+        Ok(Retrieval {
+            stats: RetrievalStats {
+                build_s: t0.elapsed().as_secs_f64(),
+                ..Default::default()
+            },
+            cfg,
+            n_heads,
+            n_kv,
+            hd,
+            n_layers: model.n_layers,
+            layers,
+            params,
+            step_recall: (0.0, 0),
+        })
+    }
+
+    pub fn config(&self) -> &PolicyConfig {
+        &self.cfg
+    }
+
+    /// Keys under the rest index of `layer`, KV head `g` (0 without one).
+    pub fn rest_len(&self, layer: usize, g: usize) -> usize {
+        self.layers[layer][g]
+            .rest
+            .as_ref()
+            .map_or(0, RestIndex::len)
+    }
+}
+
+/// The query (of those given) with the largest `q·k / |q|`, and that score.
+fn best_guide<'a>(key: &[f32], queries: impl Iterator<Item = &'a [f32]>) -> Guide {
+    let mut best = Guide {
+        score: f32::NEG_INFINITY,
+        query: Vec::new(),
+    };
+    for q in queries {
+        let s = cosine_score(q, key);
+        if s > best.score {
+            best.score = s;
+            best.query = q.to_vec();
+        }
+    }
+    best
+}
+
+fn cosine_score(q: &[f32], key: &[f32]) -> f32 {
+    let norm = simd::dot(q, q).sqrt().max(f32::MIN_POSITIVE);
+    simd::dot(q, key) / norm
+}
+
+impl std::fmt::Debug for Retrieval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Retrieval")
+            .field("cfg", &self.cfg)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DecodeAttention for Retrieval {
+    fn attend(
+        &mut self,
+        layer: usize,
+        pos: usize,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        capacity: usize,
+        out: &mut [f32],
+    ) -> Result<(), ModelError> {
+        let hd = self.hd;
+        let group = self.n_heads / self.n_kv;
+        let n = pos + 1;
+        let (sink, window, kk) = (self.cfg.sink, self.cfg.window, self.cfg.k);
+        let rest_end = n.saturating_sub(window).max(sink.min(n));
+        let scale = 1.0 / (hd as f32).sqrt();
+        let block = capacity * hd;
+        let params = &self.params;
+        let heads = &mut self.layers[layer];
+
+        // Upkeep and selection.
+        let t0 = Instant::now();
+        heads
+            .par_iter_mut()
+            .enumerate()
+            .try_for_each(|(g, st)| -> Result<(), ModelError> {
+                let kh = &k[g * block..g * block + n * hd];
+                let qg = &q[g * group * hd..(g + 1) * group * hd];
+                let Some(rest) = st.rest.as_mut() else {
+                    return Ok(());
+                };
+                let tracking = matches!(rest, RestIndex::Attention(_));
+                if tracking {
+                    // Every key beyond the rest gets a guide slot (filled in the attention pass).
+                    while sink + rest.len() + st.guides.len() < n {
+                        st.guides.push_back(Guide {
+                            score: f32::NEG_INFINITY,
+                            query: Vec::new(),
+                        });
+                    }
+                }
+                while sink + rest.len() < rest_end {
+                    let p = sink + rest.len();
+                    let guide = if tracking {
+                        st.guides.pop_front().map(|g| g.query).unwrap_or_default()
+                    } else {
+                        Vec::new()
+                    };
+                    rest.insert(&kh[p * hd..(p + 1) * hd], &guide, &mut st.scratch)?;
+                }
+                for (j, qh) in qg.chunks_exact(hd).enumerate() {
+                    rest.search(qh, kk, params, &mut st.scratch, &mut st.found)?;
+                    st.dc += st.found.stats.distance_computations;
+                    st.selected[j].clear();
+                    st.selected[j].extend(st.found.ids.iter().map(|&id| sink + id as usize));
+                }
+                Ok(())
+            })?;
+        self.stats.search += t0.elapsed();
+
+        // Attention: static part + retrieved part, merged.
+        let t1 = Instant::now();
+        let static_positions = move || (0..sink.min(n)).chain(rest_end..n);
+        heads
+            .par_iter_mut()
+            .zip(out.par_chunks_mut(group * hd))
+            .enumerate()
+            .for_each(|(g, (st, og))| {
+                let kh = &k[g * block..g * block + n * hd];
+                let vh = &v[g * block..g * block + n * hd];
+                let n_sink = sink.min(n);
+                for j in 0..group {
+                    let qh = &q[(g * group + j) * hd..][..hd];
+                    let s = Partial::over(qh, kh, vh, static_positions(), scale, &mut st.scores);
+                    // The window's scores guide the insertion of its keys when they leave it:
+                    // each keeps the query with the largest q·k/|q| (guides[i] is position
+                    // rest_end + i, scores[n_sink + i] its scaled score).
+                    if !st.guides.is_empty() {
+                        let inv = 1.0 / simd::dot(qh, qh).sqrt().max(f32::MIN_POSITIVE);
+                        for (guide, &sc) in st.guides.iter_mut().zip(&st.scores[n_sink..]) {
+                            let c = sc * inv;
+                            if c > guide.score {
+                                guide.score = c;
+                                guide.query.clear();
+                                guide.query.extend_from_slice(qh);
+                            }
+                        }
+                    }
+                    let r = Partial::over(
+                        qh,
+                        kh,
+                        vh,
+                        st.selected[j].iter().copied(),
+                        scale,
+                        &mut st.scores,
+                    );
+                    Partial::merge(&[s, r], &mut og[j * hd..(j + 1) * hd]);
+                }
+            });
+        self.stats.attention += t1.elapsed();
+
+        // Measurement (untimed in the latencies).
+        if self.cfg.measure {
+            let t2 = Instant::now();
+            heads.par_iter_mut().enumerate().for_each(|(g, st)| {
+                let kh = &k[g * block..g * block + n * hd];
+                for j in 0..group {
+                    let qh = &q[(g * group + j) * hd..][..hd];
+                    let m = measure(qh, kh, n, sink, rest_end, &st.selected[j], kk, scale);
+                    st.measure.mass += m.mass;
+                    st.measure.mass_ratio += m.mass_ratio;
+                    st.measure.recall += m.recall;
+                    st.measure.count += 1;
+                }
+            });
+            self.stats.measure += t2.elapsed();
+        }
+
+        // Fold per-head counters into the totals.
+        let has_rest = rest_end > sink;
+        for st in heads.iter_mut() {
+            self.stats.distance_computations += st.dc;
+            st.dc = 0;
+            for sel in &st.selected {
+                self.stats.keys_attended += (sink.min(n) + n - rest_end + sel.len()) as u64;
+            }
+            self.stats.selections += group as u64;
+            let m = std::mem::take(&mut st.measure);
+            self.stats.mass_sum += m.mass;
+            self.stats.mass_ratio_sum += m.mass_ratio;
+            self.stats.recall_sum += m.recall;
+            self.stats.measured += m.count;
+            if has_rest && self.cfg.rest_kind().is_some() {
+                self.step_recall.0 += m.recall;
+                self.step_recall.1 += m.count;
+            }
+        }
+        if layer + 1 == self.n_layers {
+            self.stats.steps += 1;
+            if self.step_recall.1 > 0 {
+                self.stats
+                    .step_recall
+                    .push(self.step_recall.0 / self.step_recall.1 as f64);
+            }
+            self.step_recall = (0.0, 0);
+        }
+        Ok(())
+    }
+}
+
+/// Mass, mass ratio and recall of one selection, from the scores of all `n` keys.
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    q: &[f32],
+    k: &[f32],
+    n: usize,
+    sink: usize,
+    rest_end: usize,
+    selected: &[usize],
+    kk: usize,
+    scale: f32,
+) -> Measured {
+    let hd = q.len();
+    let s: Vec<f32> = (0..n)
+        .map(|p| scale * simd::dot(q, &k[p * hd..(p + 1) * hd]))
+        .collect();
+    let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let w: Vec<f64> = s.iter().map(|&x| ((x - max) as f64).exp()).collect();
+    let z: f64 = w.iter().sum();
+    let static_mass: f64 = (0..sink.min(n)).chain(rest_end..n).map(|p| w[p]).sum();
+    let found: f64 = selected.iter().map(|&p| w[p]).sum();
+    let mut rest: Vec<usize> = (sink.min(n)..rest_end).collect();
+    let take = kk.min(rest.len());
+    if take < rest.len() {
+        // Afterwards the first `take` hold the largest scores.
+        rest.select_nth_unstable_by(take, |&a, &b| s[b].total_cmp(&s[a]));
+    }
+    let best = &rest[..take];
+    let exact_mass: f64 = best.iter().map(|&p| w[p]).sum();
+    let hits = selected.iter().filter(|p| best.contains(p)).count();
+    Measured {
+        mass: (static_mass + found) / z,
+        mass_ratio: (static_mass + found) / (static_mass + exact_mass),
+        recall: if take > 0 {
+            hits as f64 / take as f64
+        } else {
+            1.0
+        },
+        count: 1,
+    }
+}
