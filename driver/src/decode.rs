@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::model::{KvCache, LayerCapture, Llama, ModelError, Timings};
-use crate::retrieval::{PolicyConfig, PolicyKind, Retrieval, RetrievalStats};
+use crate::model::{CaptureFn, KvCache, LayerCapture, Llama, ModelError, Timings};
+use crate::retrieval::{cache_keys, PolicyConfig, PolicyKind, Retrieval, RetrievalStats, Shape};
 
 /// A prefilled sequence: its cache, its queries per layer (row-major
 /// `n × (n_heads · head_dim)`, empty when not captured) and the logits of its last position.
@@ -82,8 +82,9 @@ impl<'m> Decoder<'m> {
             PolicyKind::Full => None,
             _ => Some(Retrieval::new(
                 cfg.clone(),
-                &llama.cfg,
-                &cache,
+                Shape::of(&llama.cfg),
+                &cache_keys(&cache, hd),
+                cache.len(),
                 &prefill.q,
                 |layer, g| progress(layer * llama.cfg.n_kv_heads + g + 1, total),
             )?),
@@ -100,14 +101,27 @@ impl<'m> Decoder<'m> {
 
     /// Feeds one token; returns the logits of the next.
     pub fn step(&mut self, token: u32) -> Result<Vec<f32>, ModelError> {
+        self.step_with(token, None)
+    }
+
+    /// [`Decoder::step`] that hands each layer's q/k/v of the token to `capture`.
+    pub fn step_with(
+        &mut self,
+        token: u32,
+        capture: Option<&mut CaptureFn<'_>>,
+    ) -> Result<Vec<f32>, ModelError> {
         let t0 = Instant::now();
         let policy = self
             .retrieval
             .as_mut()
             .map(|r| r as &mut dyn crate::model::DecodeAttention);
-        let hidden =
-            self.llama
-                .forward_with(&[token], &mut self.cache, None, policy, &mut self.timings)?;
+        let hidden = self.llama.forward_with(
+            &[token],
+            &mut self.cache,
+            capture,
+            policy,
+            &mut self.timings,
+        )?;
         let logits = self.llama.last_logits(&hidden, &mut self.timings);
         self.wall += t0.elapsed();
         self.steps += 1;
@@ -121,6 +135,11 @@ impl<'m> Decoder<'m> {
 
     pub fn is_empty(&self) -> bool {
         self.cache.is_empty()
+    }
+
+    /// The policy's state (None for `full`).
+    pub fn retrieval(&self) -> Option<&Retrieval> {
+        self.retrieval.as_ref()
     }
 
     /// The policy's statistics (None for `full`).

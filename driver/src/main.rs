@@ -25,6 +25,8 @@ enum Command {
     /// The end-to-end demo: prefill the bundled text, dump, build indexes, decode with retrieval
     /// attention and print what was measured.
     Demo(cmd::demo::DemoArgs),
+    /// Decode attention of the policies on one layer of a dump (long synthetic caches).
+    DecodeBench(cmd::decode_bench::DecodeBenchArgs),
     /// Perplexity, agreement with full attention, mass and latency of attention policies.
     Eval(cmd::eval::EvalArgs),
     /// Passkey retrieval (a number hidden in filler text) under attention policies.
@@ -54,6 +56,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Demo(args) => cmd::demo::run(args),
         Command::Eval(args) => cmd::eval::run(args),
+        Command::DecodeBench(args) => cmd::decode_bench::run(args),
         Command::Passkey(args) => cmd::passkey::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Report(args) => cmd::report::run(args),

@@ -1,7 +1,7 @@
 //! `qkindex demo`, the README's main job: fetch the model if it is missing, prefill the bundled
-//! text, dump two layers' q/k/v, build an index per layer and KV head, then generate with
-//! `index-topk` (streaming the text) while `full` runs the same tokens, and print what was
-//! measured: recall, attention mass, the latency split and the agreement with `full`.
+//! text, build an index per layer and KV head, then generate with `index-topk` (streaming the
+//! text) while `full` runs the same tokens, dump two layers' prefill and decode q/k/v, and print
+//! what was measured: recall, attention mass, the latency split and the agreement with `full`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use qkindex_driver::decode::{prefill, Decoder, Prefill};
-use qkindex_driver::model::{argmax, find_default_model, Model};
+use qkindex_driver::model::{argmax, find_default_model, LayerCapture, Model};
 use qkindex_driver::retrieval::PolicyKind;
 
 use super::model_args::ModelArgs;
@@ -73,14 +73,6 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         ctx as f64 / pre.seconds
     );
 
-    let dump_dir = args.out.join("dump");
-    write_dump(&m, &pre, &args.dump_layers, &dump_dir)?;
-    println!(
-        "== dump: layers {:?} → {} (read it with `qkindex bench --dump` or qkindex.load_dump)",
-        args.dump_layers,
-        dump_dir.display()
-    );
-
     let index_cfg = args.policy.config(PolicyKind::IndexTopk);
     let total = cfg.n_layers * cfg.n_kv_heads;
     let bar = ProgressBar::new(total as u64);
@@ -113,6 +105,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let eos = m.tokenizer.eos_id;
     let skip = |id: u32| m.tokenizer.is_control(id);
     let mut produced = 0usize;
+    // Per dumped layer: the decode steps' q, k, v rows.
+    let mut decoded: Vec<Rows> = vec![Default::default(); args.dump_layers.len()];
     for _ in 0..args.new {
         let next = argmax(&logits, skip);
         agree += usize::from(next == argmax(&full_logits, skip));
@@ -122,11 +116,29 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         }
         write!(out, "{}", stream.push(next)?)?;
         out.flush()?;
-        logits = fast.step(next)?;
+        let mut cb = |c: LayerCapture<'_>| {
+            if let Some(i) = args.dump_layers.iter().position(|&l| l == c.layer) {
+                let d = &mut decoded[i];
+                d.0.extend_from_slice(c.q);
+                d.1.extend_from_slice(c.k);
+                d.2.extend_from_slice(c.v);
+            }
+        };
+        logits = fast.step_with(next, Some(&mut cb))?;
         full_logits = full.step(next)?;
     }
     writeln!(out)?;
     drop(out);
+
+    let dump_dir = args.out.join("dump");
+    write_dump(&m, &pre, &args.dump_layers, &decoded, &dump_dir)?;
+    println!(
+        "== dump: layers {:?}, {} prefill + {} decode rows → {} (`qkindex bench --dump`, `qkindex decode-bench --dump`, qkindex.load_dump)",
+        args.dump_layers,
+        ctx,
+        decoded.first().map_or(0, |d| d.0.len() / (cfg.n_heads * cfg.head_dim)),
+        dump_dir.display()
+    );
 
     let s = fast.stats().context("index-topk keeps statistics")?;
     let (lf, lx) = (fast.latency(), full.latency());
@@ -182,27 +194,45 @@ fn fetch_model() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes the prefill q/k/v of `layers` in the dump layout (float16, head-major).
-fn write_dump(m: &Model, pre: &Prefill, layers: &[usize], dir: &Path) -> anyhow::Result<()> {
+/// Row-major q, k and v rows of decode steps (`n × (heads · head_dim)` each).
+type Rows = (Vec<f32>, Vec<f32>, Vec<f32>);
+
+/// `rows` (row-major `n × (heads · hd)`) as head-major `heads × n × hd`.
+fn head_major(rows: &[f32], heads: usize, hd: usize) -> Vec<f32> {
+    let n = rows.len() / (heads * hd).max(1);
+    let mut out = vec![0f32; rows.len()];
+    for h in 0..heads {
+        for p in 0..n {
+            out[(h * n + p) * hd..][..hd].copy_from_slice(&rows[(p * heads + h) * hd..][..hd]);
+        }
+    }
+    out
+}
+
+/// Writes the prefill and decode q/k/v of `layers` in the dump layout (float16, head-major).
+fn write_dump(
+    m: &Model,
+    pre: &Prefill,
+    layers: &[usize],
+    decoded: &[Rows],
+    dir: &Path,
+) -> anyhow::Result<()> {
     let c = &m.llama.cfg;
     let (n, hd) = (pre.cache.len(), c.head_dim);
+    let (hq, hk) = (c.n_heads, c.n_kv_heads);
+    let n_dec = decoded.first().map_or(0, |d| d.0.len() / (hq * hd));
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    for &l in layers {
-        let width = c.n_heads * hd;
-        let mut q = vec![0f32; c.n_heads * n * hd];
-        for h in 0..c.n_heads {
-            for p in 0..n {
-                q[(h * n + p) * hd..][..hd].copy_from_slice(&pre.q[l][p * width + h * hd..][..hd]);
-            }
-        }
-        let kv =
-            |f: &dyn Fn(usize) -> Vec<f32>| -> Vec<f32> { (0..c.n_kv_heads).flat_map(f).collect() };
-        let k = kv(&|g| pre.cache.keys(l, g, hd).to_vec());
-        let v = kv(&|g| pre.cache.values(l, g, hd).to_vec());
+    for (&l, (qd, kd, vd)) in layers.iter().zip(decoded) {
+        let blocks = |f: &dyn Fn(usize) -> Vec<f32>| -> Vec<f32> { (0..hk).flat_map(f).collect() };
+        let k = blocks(&|g| pre.cache.keys(l, g, hd).to_vec());
+        let v = blocks(&|g| pre.cache.values(l, g, hd).to_vec());
         let path = |part: &str| dir.join(format!("layer{l:02}.{part}.npy"));
-        qkindex::npy::write_f16(&path("q"), &[c.n_heads, n, hd], &q)?;
-        qkindex::npy::write_f16(&path("k"), &[c.n_kv_heads, n, hd], &k)?;
-        qkindex::npy::write_f16(&path("v"), &[c.n_kv_heads, n, hd], &v)?;
+        qkindex::npy::write_f16(&path("q"), &[hq, n, hd], &head_major(&pre.q[l], hq, hd))?;
+        qkindex::npy::write_f16(&path("k"), &[hk, n, hd], &k)?;
+        qkindex::npy::write_f16(&path("v"), &[hk, n, hd], &v)?;
+        qkindex::npy::write_f16(&path("qdec"), &[hq, n_dec, hd], &head_major(qd, hq, hd))?;
+        qkindex::npy::write_f16(&path("kdec"), &[hk, n_dec, hd], &head_major(kd, hk, hd))?;
+        qkindex::npy::write_f16(&path("vdec"), &[hk, n_dec, hd], &head_major(vd, hk, hd))?;
     }
     let manifest = qkindex::dump::Manifest {
         format: "qkindex-dump/1".into(),
@@ -213,7 +243,7 @@ fn write_dump(m: &Model, pre: &Prefill, layers: &[usize], dir: &Path) -> anyhow:
         n_kv_heads: c.n_kv_heads,
         layers: layers.to_vec(),
         n_prefill: n,
-        n_decode: 0,
+        n_decode: n_dec,
         rope_theta: c.rope_theta,
         source: "qkindex demo: the bundled license texts".into(),
     };

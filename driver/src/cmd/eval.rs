@@ -44,10 +44,10 @@ pub struct EvalResult {
     pub context: usize,
     pub continuation: usize,
     pub ppl: f64,
-    /// Share of steps whose argmax equals `full`'s.
-    pub top1_agreement: f64,
+    /// Share of steps whose argmax equals `full`'s (None without the reference run).
+    pub top1_agreement: Option<f64>,
     /// Mean KL(full ‖ policy) of the next-token distributions, nats.
-    pub kl: f64,
+    pub kl: Option<f64>,
     /// Mean softmax mass (of all keys) on the attended keys.
     pub mass: Option<f64>,
     /// `mass` over the mass with the rest's exact top-k instead of the retrieved keys.
@@ -62,6 +62,13 @@ pub struct EvalResult {
     pub keys_attended: Option<f64>,
     pub latency_ms: Latency,
     pub build_s: f64,
+    /// ReTopK: share of selections that reused cached sets, keys scored per reuse, and the
+    /// counts behind them (retopk only).
+    pub reuse_ratio: Option<f64>,
+    pub mean_candidates: Option<f64>,
+    pub retopk: Option<qkindex_driver::retrieval::ReTopKCounts>,
+    /// Mean mass per layer (null for dense layers).
+    pub mass_by_layer: Vec<Option<f64>>,
     /// Mean recall per step (measured runs with a rest).
     pub recall_by_step: Vec<f64>,
 }
@@ -135,9 +142,27 @@ pub fn evaluate(
             &mut ref_top,
         )?;
         eprintln!(
-            "{:<11} ppl {:.4}  top-1 {:.4}  kl {:.5}  {:.2} ms/token",
-            r.policy, r.ppl, r.top1_agreement, r.kl, r.latency_ms.total
+            "{:<11} ppl {:.4}  top-1 {}  kl {}  {:.2} ms/token",
+            r.policy,
+            r.ppl,
+            opt(r.top1_agreement),
+            opt(r.kl),
+            r.latency_ms.total
         );
+        if let (Some(reuse), Some(c)) = (r.reuse_ratio, &r.retopk) {
+            eprintln!(
+                "            reuse {:.3}, {:.0} candidates per reuse, {} seeded fallbacks: {:.0} vs {:.0} inner products, {:.1} vs {:.1} hops, recall {:.4} vs {:.4} (seeded vs not)",
+                reuse,
+                r.mean_candidates.unwrap_or(0.0),
+                c.seeded_selections,
+                c.seeded_distance_computations as f64 / c.seeded_selections.max(1) as f64,
+                c.unseeded_distance_computations as f64 / c.seeded_selections.max(1) as f64,
+                c.seeded_hops as f64 / c.seeded_selections.max(1) as f64,
+                c.unseeded_hops as f64 / c.seeded_selections.max(1) as f64,
+                c.seeded_recall_sum / c.seeded_selections.max(1) as f64,
+                c.unseeded_recall_sum / c.seeded_selections.max(1) as f64,
+            );
+        }
         results.push(r);
     }
     Ok(results)
@@ -168,7 +193,8 @@ fn run_policy(
         "{msg} {bar:30} {pos}/{len} tokens [{elapsed}<{eta}]",
     )?);
     bar.set_message(format!("{}: decoding", cfg.kind.name()));
-    let is_ref = reference.is_empty();
+    let is_ref = cfg.kind == PolicyKind::Full && reference.is_empty();
+    let has_ref = is_ref || !reference.is_empty();
     let (mut nll, mut agree, mut kl) = (0f64, 0usize, 0f64);
     for t in 0..cont {
         let logits = dec.step(tokens[ctx - 1 + t])?;
@@ -179,7 +205,7 @@ fn run_policy(
             reference.push(lp);
             ref_top.push(top);
             agree += 1;
-        } else {
+        } else if has_ref {
             agree += usize::from(top == ref_top[t]);
             let p = &reference[t];
             kl += p
@@ -206,8 +232,8 @@ fn run_policy(
         context: ctx,
         continuation: cont,
         ppl: (nll / n).exp(),
-        top1_agreement: agree as f64 / n,
-        kl: kl / n,
+        top1_agreement: has_ref.then(|| agree as f64 / n),
+        kl: has_ref.then(|| kl / n),
         mass: stats.and_then(|s| s.mass()),
         mass_ratio: stats.and_then(|s| s.mass_ratio()),
         recall: stats
@@ -219,12 +245,24 @@ fn run_policy(
         keys_attended: stats.and_then(|s| per_sel(s.keys_attended)),
         latency_ms: dec.latency(),
         build_s: stats.map_or(0.0, |s| s.build_s),
+        reuse_ratio: stats
+            .and_then(|s| s.retopk.as_ref())
+            .map(|c| c.reuse_ratio()),
+        mean_candidates: stats
+            .and_then(|s| s.retopk.as_ref())
+            .map(|c| c.reuse_candidates as f64 / c.reuse.max(1) as f64),
+        retopk: stats.and_then(|s| s.retopk.clone()),
+        mass_by_layer: stats.map(|s| s.mass_by_layer()).unwrap_or_default(),
         recall_by_step: by_step,
     })
 }
 
+/// A figure with four decimals, or a dash.
+fn opt(x: Option<f64>) -> String {
+    x.map_or("—".to_string(), |v| format!("{v:.4}"))
+}
+
 fn print_table(results: &[EvalResult]) {
-    let opt = |x: Option<f64>| x.map_or("—".to_string(), |v| format!("{v:.4}"));
     println!(
         "| policy | ppl | top-1 agreement | KL | mass | mass ratio | recall | keys attended | search ms | attention ms | rest ms | total ms | build s |"
     );
@@ -232,15 +270,16 @@ fn print_table(results: &[EvalResult]) {
     for r in results {
         let l = &r.latency_ms;
         println!(
-            "| {} | {:.4} | {:.4} | {:.5} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} |",
+            "| {} | {:.4} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} |",
             r.policy,
             r.ppl,
-            r.top1_agreement,
-            r.kl,
+            opt(r.top1_agreement),
+            r.kl.map_or("—".to_string(), |v| format!("{v:.5}")),
             opt(r.mass),
             opt(r.mass_ratio),
             opt(r.recall),
-            r.keys_attended.map_or("all".to_string(), |v| format!("{v:.0}")),
+            r.keys_attended
+                .map_or("all".to_string(), |v| format!("{v:.0}")),
             l.search,
             l.attention,
             l.rest,

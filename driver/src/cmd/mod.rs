@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod build;
+pub mod decode_bench;
 pub mod demo;
 pub mod dump;
 pub mod eval;

@@ -1,11 +1,13 @@
 //! Attention-policy arguments shared by `eval`, `passkey` and `demo`.
 
 use clap::Args;
+use qkindex::ReTopKParams;
 use qkindex_driver::retrieval::{PolicyConfig, PolicyKind, RestKind};
 
 #[derive(Debug, Args)]
 pub struct PolicyArgs {
-    /// Attention policies, comma-separated (`full` is always run as the reference).
+    /// Attention policies, comma-separated (`full` also runs first as the reference unless
+    /// `--no-reference`).
     #[arg(
         long,
         value_enum,
@@ -13,6 +15,9 @@ pub struct PolicyArgs {
         default_value = "full,static,exact-topk,index-topk"
     )]
     pub policy: Vec<PolicyKind>,
+    /// Do not run `full` as a reference (no agreement or KL figures).
+    #[arg(long)]
+    pub no_reference: bool,
     /// Keys retrieved per query head from outside the static set.
     #[arg(long, default_value_t = 100)]
     pub k: usize,
@@ -32,15 +37,47 @@ pub struct PolicyArgs {
     /// IVF lists probed [default: the index default].
     #[arg(long)]
     pub nprobe: Option<usize>,
+    /// ReTopK: cached (query, top-k set) pairs per query head.
+    #[arg(long, default_value_t = 32)]
+    pub retopk_c: usize,
+    /// ReTopK: most similar cached queries whose sets are reused.
+    #[arg(long, default_value_t = 4)]
+    pub retopk_r: usize,
+    /// ReTopK: latest keys of the rest always scored.
+    #[arg(long, default_value_t = 32)]
+    pub retopk_w: usize,
+    /// ReTopK: least cosine similarity for reuse (0.90 is the paper's quality setting).
+    #[arg(long, default_value_t = 0.85)]
+    pub tau: f32,
+    /// ReTopK: every this many steps the exact path runs regardless.
+    #[arg(long, default_value_t = 128)]
+    pub refresh: usize,
+    /// ReTopK: the exact path searches the `--index` index (attention or flat) instead of
+    /// scanning, seeded with the recalled sets.
+    #[arg(long)]
+    pub retopk_index: bool,
+    /// ReTopK: do not seed the exact path's graph search with the recalled sets.
+    #[arg(long)]
+    pub no_seed: bool,
+    /// Layers that attend to every key under every policy (none by default).
+    #[arg(long, value_delimiter = ',')]
+    pub dense_layers: Vec<usize>,
+    /// Element type of the index's copy of the keys (exact-topk always scans f32).
+    #[arg(long, value_enum, default_value_t = StoreType::F16)]
+    pub store: StoreType,
     /// Skip the per-step scoring of every key (no mass and recall figures).
     #[arg(long)]
     pub no_measure: bool,
 }
 
 impl PolicyArgs {
-    /// The policies to run, `full` first and once.
+    /// The policies to run, `full` first and once (unless `--no-reference`).
     pub fn kinds(&self) -> Vec<PolicyKind> {
-        let mut v = vec![PolicyKind::Full];
+        let mut v = if self.no_reference {
+            Vec::new()
+        } else {
+            vec![PolicyKind::Full]
+        };
         for &p in &self.policy {
             if !v.contains(&p) {
                 v.push(p);
@@ -59,6 +96,27 @@ impl PolicyArgs {
             ef: self.ef,
             nprobe: self.nprobe,
             measure: !self.no_measure,
+            retopk: ReTopKParams {
+                c: self.retopk_c,
+                r: self.retopk_r,
+                w: self.retopk_w,
+                tau: self.tau,
+                refresh: self.refresh,
+                k: self.k,
+                seed_fallback: !self.no_seed,
+            },
+            retopk_index: self.retopk_index,
+            dense_layers: self.dense_layers.clone(),
+            store: match self.store {
+                StoreType::F16 => qkindex::Dtype::F16,
+                StoreType::F32 => qkindex::Dtype::F32,
+            },
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum StoreType {
+    F16,
+    F32,
 }

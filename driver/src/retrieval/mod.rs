@@ -21,10 +21,35 @@ pub mod softmax;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use qkindex::{Scratch, SearchOutput, SearchParams};
+use qkindex::{ReTopK, ReTopKParams, Scratch, SearchOutput, SearchParams, StepPath};
 use rayon::prelude::*;
 
 use crate::model::{simd, Config, DecodeAttention, KvCache, ModelError};
+
+/// The attention shape a [`Retrieval`] serves.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+}
+
+impl Shape {
+    pub fn of(c: &Config) -> Self {
+        Shape {
+            n_layers: c.n_layers,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+        }
+    }
+}
+
+/// Keys of (layer, KV head) from a model's cache, as [`Retrieval::new`] takes them.
+pub fn cache_keys(cache: &KvCache, head_dim: usize) -> impl Fn(usize, usize) -> Vec<f32> + '_ {
+    move |layer, g| cache.keys(layer, g, head_dim).to_vec()
+}
 pub use rest::{RestIndex, RestKind};
 use softmax::Partial;
 
@@ -40,6 +65,9 @@ pub enum PolicyKind {
     ExactTopk,
     /// Static + the top-k an index returns from the rest.
     IndexTopk,
+    /// Static + the ReTopK selector over the rest (reuse the sets of similar past queries; the
+    /// exact path is a scan, or `--retopk-exact index` the index of `--index`).
+    Retopk,
 }
 
 impl PolicyKind {
@@ -49,6 +77,7 @@ impl PolicyKind {
             PolicyKind::Static => "static",
             PolicyKind::ExactTopk => "exact-topk",
             PolicyKind::IndexTopk => "index-topk",
+            PolicyKind::Retopk => "retopk",
         }
     }
 }
@@ -71,6 +100,19 @@ pub struct PolicyConfig {
     pub nprobe: Option<usize>,
     /// Also score every key each step (untimed) to report mass and recall.
     pub measure: bool,
+    /// ReTopK's parameters (its `k` is the policy's `k`).
+    pub retopk: ReTopKParams,
+    /// ReTopK's exact path searches the index of `index` instead of scanning.
+    pub retopk_index: bool,
+    /// Layers that attend to every key (no index is built for them).
+    pub dense_layers: Vec<usize>,
+    /// Element type of the index's key copy (`exact-topk` always scans f32).
+    #[serde(serialize_with = "dtype_name")]
+    pub store: qkindex::Dtype,
+}
+
+fn dtype_name<S: serde::Serializer>(d: &qkindex::Dtype, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&d.to_string())
 }
 
 impl PolicyConfig {
@@ -85,6 +127,10 @@ impl PolicyConfig {
             ef: None,
             nprobe: None,
             measure: true,
+            retopk: ReTopKParams::default(),
+            retopk_index: false,
+            dense_layers: Vec::new(),
+            store: qkindex::Dtype::F16,
         }
     }
 
@@ -93,6 +139,8 @@ impl PolicyConfig {
             PolicyKind::Full | PolicyKind::Static => None,
             PolicyKind::ExactTopk => Some(RestKind::Flat),
             PolicyKind::IndexTopk => Some(self.index),
+            PolicyKind::Retopk if self.retopk_index => Some(self.index),
+            PolicyKind::Retopk => Some(RestKind::Flat),
         }
     }
 }
@@ -128,6 +176,61 @@ pub struct RetrievalStats {
     pub measured: u64,
     /// Mean recall over layers and heads, per decode step (measured runs with a rest only).
     pub step_recall: Vec<f64>,
+    /// Per layer: the sum of measured masses and their count.
+    pub layer_mass_sum: Vec<f64>,
+    pub layer_measured: Vec<u64>,
+    /// ReTopK: selections by path, keys scored exactly on reuse, cached-query similarities.
+    pub retopk: Option<ReTopKCounts>,
+}
+
+/// What the ReTopK selector did, summed over (step, layer, query head).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ReTopKCounts {
+    pub reuse: u64,
+    pub low_similarity: u64,
+    pub refresh: u64,
+    pub empty_cache: u64,
+    /// Keys scored on reuse selections.
+    pub reuse_candidates: u64,
+    /// Inner products of exact-path selections (the scan, or the seeded index search).
+    pub exact_distance_computations: u64,
+    pub similarity_computations: u64,
+    /// On exact-path selections into a graph index, the same search without the recalled seeds
+    /// (run untimed): inner products and hops with and without seeds, and recall against the
+    /// exact top-k of both (measured runs).
+    pub seeded_selections: u64,
+    pub seeded_distance_computations: u64,
+    pub unseeded_distance_computations: u64,
+    pub seeded_hops: u64,
+    pub unseeded_hops: u64,
+    pub seeded_recall_sum: f64,
+    pub unseeded_recall_sum: f64,
+}
+
+impl ReTopKCounts {
+    pub fn selections(&self) -> u64 {
+        self.reuse + self.low_similarity + self.refresh + self.empty_cache
+    }
+    /// Share of selections that reused cached sets.
+    pub fn reuse_ratio(&self) -> f64 {
+        self.reuse as f64 / self.selections().max(1) as f64
+    }
+    fn add(&mut self, o: &ReTopKCounts) {
+        self.reuse += o.reuse;
+        self.low_similarity += o.low_similarity;
+        self.refresh += o.refresh;
+        self.empty_cache += o.empty_cache;
+        self.reuse_candidates += o.reuse_candidates;
+        self.exact_distance_computations += o.exact_distance_computations;
+        self.similarity_computations += o.similarity_computations;
+        self.seeded_selections += o.seeded_selections;
+        self.seeded_distance_computations += o.seeded_distance_computations;
+        self.unseeded_distance_computations += o.unseeded_distance_computations;
+        self.seeded_hops += o.seeded_hops;
+        self.unseeded_hops += o.unseeded_hops;
+        self.seeded_recall_sum += o.seeded_recall_sum;
+        self.unseeded_recall_sum += o.unseeded_recall_sum;
+    }
 }
 
 impl RetrievalStats {
@@ -139,6 +242,14 @@ impl RetrievalStats {
     }
     pub fn recall(&self) -> Option<f64> {
         (self.measured > 0).then(|| self.recall_sum / self.measured as f64)
+    }
+    /// Mean mass per layer (None for layers not measured, e.g. dense ones).
+    pub fn mass_by_layer(&self) -> Vec<Option<f64>> {
+        self.layer_mass_sum
+            .iter()
+            .zip(&self.layer_measured)
+            .map(|(&s, &c)| (c > 0).then(|| s / c as f64))
+            .collect()
     }
 }
 
@@ -161,6 +272,11 @@ struct HeadState {
     scores: Vec<f32>,
     dc: u64,
     measure: Measured,
+    /// ReTopK selectors, one per query head of the group (retopk only).
+    selectors: Vec<ReTopK>,
+    counts: ReTopKCounts,
+    /// Per query head: positions of the unseeded comparison search on seeded exact steps.
+    unseeded: Vec<Option<Vec<usize>>>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -186,20 +302,20 @@ pub struct Retrieval {
 }
 
 impl Retrieval {
-    /// State for decoding after a prefill: `cache` holds the prefill's keys, `prefill_q[layer]`
-    /// its queries (row-major `n_prefill × (n_heads · head_dim)`; may be empty for policies
+    /// State for decoding after a prefill of `n` positions: `keys_of(layer, g)` gives at least
+    /// the first `n` keys of that layer and KV head (row-major), `prefill_q[layer]` the queries (row-major `n_prefill × (n_heads · head_dim)`; may be empty for policies
     /// without an index). `progress` is called after each (layer, KV head) build.
     pub fn new(
         cfg: PolicyConfig,
-        model: &Config,
-        cache: &KvCache,
+        model: Shape,
+        keys_of: &dyn Fn(usize, usize) -> Vec<f32>,
+        n: usize,
         prefill_q: &[Vec<f32>],
         mut progress: impl FnMut(usize, usize),
     ) -> Result<Self, ModelError> {
         let t0 = Instant::now();
         let (n_heads, n_kv, hd) = (model.n_heads, model.n_kv_heads, model.head_dim);
         let group = n_heads / n_kv;
-        let n = cache.len();
         let rest_end = n.saturating_sub(cfg.window).max(cfg.sink.min(n));
         let kind = cfg.rest_kind();
         if kind.is_some() && rest_end <= cfg.sink {
@@ -223,8 +339,10 @@ impl Retrieval {
         for layer in 0..model.n_layers {
             let mut heads = Vec::with_capacity(n_kv);
             for g in 0..n_kv {
-                let keys = cache.keys(layer, g, hd);
-                let rest = match kind {
+                let keys_owned = keys_of(layer, g);
+                let keys = &keys_owned[..n * hd];
+                let dense = cfg.dense_layers.contains(&layer);
+                let rest = match kind.filter(|_| !dense) {
                     None => None,
                     Some(kind) => {
                         let q = prefill_q
@@ -245,11 +363,16 @@ impl Retrieval {
                             }
                         }
                         let rest_keys = keys[cfg.sink * hd..rest_end * hd].to_vec();
-                        Some(RestIndex::build(kind, rest_keys, hd, &train)?)
+                        let dtype = if cfg.kind == PolicyKind::ExactTopk {
+                            qkindex::Dtype::F32
+                        } else {
+                            cfg.store
+                        };
+                        Some(RestIndex::build(kind, rest_keys, hd, &train, dtype)?)
                     }
                 };
                 let mut guides = VecDeque::new();
-                if track_guides {
+                if track_guides && !dense {
                     let q = &prefill_q[layer];
                     for p in rest_end..n {
                         guides.push_back(best_guide(
@@ -263,7 +386,39 @@ impl Retrieval {
                         ));
                     }
                 }
+                let mut selectors = Vec::new();
+                if cfg.kind == PolicyKind::Retopk && !dense {
+                    let keys = rest.as_ref().and_then(RestIndex::keys).ok_or_else(|| {
+                        qkindex::Error::invalid_param(
+                            "index",
+                            format!("{:?}", cfg.index),
+                            "the ReTopK exact path takes attention or flat",
+                        )
+                    })?;
+                    let params = ReTopKParams {
+                        k: cfg.k,
+                        ..cfg.retopk.clone()
+                    };
+                    // Primed with the head's last prefill queries and their causal exact top-K.
+                    let q = &prefill_q[layer];
+                    let first = n.saturating_sub(params.c);
+                    for j in 0..group {
+                        let h = g * group + j;
+                        let mut rt = ReTopK::new(params.clone(), hd)?;
+                        let mut queries = Vec::with_capacity(params.c * hd);
+                        let mut visible = Vec::with_capacity(params.c);
+                        for p in first..n {
+                            queries.extend_from_slice(&q[p * width + h * hd..][..hd]);
+                            visible.push((p + 1).saturating_sub(cfg.sink).min(keys.len()));
+                        }
+                        rt.prime(&queries, &visible, keys)?;
+                        selectors.push(rt);
+                    }
+                }
                 heads.push(HeadState {
+                    selectors,
+                    counts: ReTopKCounts::default(),
+                    unseeded: vec![None; group],
                     scratch: Scratch::new(rest.as_ref().map_or(0, RestIndex::len)),
                     rest,
                     guides,
@@ -285,6 +440,8 @@ impl Retrieval {
         Ok(Retrieval {
             stats: RetrievalStats {
                 build_s: t0.elapsed().as_secs_f64(),
+                layer_mass_sum: vec![0.0; model.n_layers],
+                layer_measured: vec![0; model.n_layers],
                 ..Default::default()
             },
             cfg,
@@ -359,6 +516,28 @@ impl DecodeAttention for Retrieval {
         let rest_end = n.saturating_sub(window).max(sink.min(n));
         let scale = 1.0 / (hd as f32).sqrt();
         let block = capacity * hd;
+        if self.cfg.dense_layers.contains(&layer) {
+            let t1 = Instant::now();
+            let heads = &mut self.layers[layer];
+            heads
+                .par_iter_mut()
+                .zip(out.par_chunks_mut(group * hd))
+                .enumerate()
+                .for_each(|(g, (st, og))| {
+                    let kh = &k[g * block..g * block + n * hd];
+                    let vh = &v[g * block..g * block + n * hd];
+                    for (j, oj) in og.chunks_exact_mut(hd).enumerate() {
+                        let qh = &q[(g * group + j) * hd..][..hd];
+                        let all = Partial::over(qh, kh, vh, 0..n, scale, &mut st.scores);
+                        Partial::merge(&[all], oj);
+                    }
+                });
+            self.stats.attention += t1.elapsed();
+            self.stats.keys_attended += (n * self.n_heads) as u64;
+            self.stats.selections += self.n_heads as u64;
+            self.end_layer(layer);
+            return Ok(());
+        }
         let params = &self.params;
         let heads = &mut self.layers[layer];
 
@@ -393,14 +572,74 @@ impl DecodeAttention for Retrieval {
                     rest.insert(&kh[p * hd..(p + 1) * hd], &guide, &mut st.scratch)?;
                 }
                 for (j, qh) in qg.chunks_exact(hd).enumerate() {
-                    rest.search(qh, kk, params, &mut st.scratch, &mut st.found)?;
-                    st.dc += st.found.stats.distance_computations;
+                    if let Some(rt) = st.selectors.get_mut(j) {
+                        let keys = rest.keys().ok_or_else(|| {
+                            qkindex::Error::invalid_param("index", "frozen", "no ReTopK exact path")
+                        })?;
+                        let exact = rest.as_ann().ok_or_else(|| {
+                            qkindex::Error::invalid_param("index", "frozen", "no ReTopK exact path")
+                        })?;
+                        let step =
+                            rt.step(qh, keys, exact, params, &mut st.scratch, &mut st.found)?;
+                        let c = &mut st.counts;
+                        c.similarity_computations += step.similarity_computations;
+                        match step.path {
+                            StepPath::Reuse => {
+                                c.reuse += 1;
+                                c.reuse_candidates += step.candidates as u64;
+                            }
+                            StepPath::LowSimilarity => c.low_similarity += 1,
+                            StepPath::Refresh => c.refresh += 1,
+                            StepPath::EmptyCache => c.empty_cache += 1,
+                        }
+                        st.dc += step.search.distance_computations + step.similarity_computations;
+                        st.unseeded[j] = None;
+                        if step.path.is_exact() {
+                            c.exact_distance_computations += step.search.distance_computations;
+                            if !rt.last_seeds().is_empty()
+                                && matches!(rest, RestIndex::Attention(_))
+                            {
+                                // The same search without the recalled seeds (untimed below).
+                                c.seeded_selections += 1;
+                                c.seeded_distance_computations += step.search.distance_computations;
+                                c.seeded_hops += step.search.hops;
+                                st.unseeded[j] = Some(Vec::new());
+                            }
+                        }
+                    } else {
+                        rest.search(qh, kk, params, &mut st.scratch, &mut st.found)?;
+                        st.dc += st.found.stats.distance_computations;
+                    }
                     st.selected[j].clear();
                     st.selected[j].extend(st.found.ids.iter().map(|&id| sink + id as usize));
                 }
                 Ok(())
             })?;
         self.stats.search += t0.elapsed();
+
+        // ReTopK's seeded fallbacks, searched again without seeds (excluded from the timings).
+        let t_cmp = Instant::now();
+        let mut compared = false;
+        for (g, st) in heads.iter_mut().enumerate() {
+            let Some(rest) = st.rest.as_ref() else {
+                continue;
+            };
+            for j in 0..group {
+                if st.unseeded[j].is_none() {
+                    continue;
+                }
+                compared = true;
+                let qh = &q[(g * group + j) * hd..][..hd];
+                let mut out = SearchOutput::default();
+                rest.search(qh, kk, params, &mut st.scratch, &mut out)?;
+                st.counts.unseeded_distance_computations += out.stats.distance_computations;
+                st.counts.unseeded_hops += out.stats.hops;
+                st.unseeded[j] = Some(out.ids.iter().map(|&id| sink + id as usize).collect());
+            }
+        }
+        if compared {
+            self.stats.measure += t_cmp.elapsed();
+        }
 
         // Attention: static part + retrieved part, merged.
         let t1 = Instant::now();
@@ -451,6 +690,11 @@ impl DecodeAttention for Retrieval {
                 for j in 0..group {
                     let qh = &q[(g * group + j) * hd..][..hd];
                     let m = measure(qh, kh, n, sink, rest_end, &st.selected[j], kk, scale);
+                    if let Some(unseeded) = &st.unseeded[j] {
+                        let u = measure(qh, kh, n, sink, rest_end, unseeded, kk, scale);
+                        st.counts.seeded_recall_sum += m.recall;
+                        st.counts.unseeded_recall_sum += u.recall;
+                    }
                     st.measure.mass += m.mass;
                     st.measure.mass_ratio += m.mass_ratio;
                     st.measure.recall += m.recall;
@@ -465,6 +709,13 @@ impl DecodeAttention for Retrieval {
         for st in heads.iter_mut() {
             self.stats.distance_computations += st.dc;
             st.dc = 0;
+            if !st.selectors.is_empty() {
+                let counts = std::mem::take(&mut st.counts);
+                self.stats
+                    .retopk
+                    .get_or_insert_with(Default::default)
+                    .add(&counts);
+            }
             for sel in &st.selected {
                 self.stats.keys_attended += (sink.min(n) + n - rest_end + sel.len()) as u64;
             }
@@ -474,11 +725,21 @@ impl DecodeAttention for Retrieval {
             self.stats.mass_ratio_sum += m.mass_ratio;
             self.stats.recall_sum += m.recall;
             self.stats.measured += m.count;
+            self.stats.layer_mass_sum[layer] += m.mass;
+            self.stats.layer_measured[layer] += m.count;
             if has_rest && self.cfg.rest_kind().is_some() {
                 self.step_recall.0 += m.recall;
                 self.step_recall.1 += m.count;
             }
         }
+        self.end_layer(layer);
+        Ok(())
+    }
+}
+
+impl Retrieval {
+    /// After the last layer: one more step, and its mean recall.
+    fn end_layer(&mut self, layer: usize) {
         if layer + 1 == self.n_layers {
             self.stats.steps += 1;
             if self.step_recall.1 > 0 {
@@ -488,7 +749,6 @@ impl DecodeAttention for Retrieval {
             }
             self.step_recall = (0.0, 0);
         }
-        Ok(())
     }
 }
 

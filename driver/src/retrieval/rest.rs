@@ -9,9 +9,11 @@
 
 use std::sync::Arc;
 
+use half::f16;
+
 use qkindex::{
-    AnnIndex, AttentionIndex, AttentionParams, CpuKnn, FlatIndex, HnswIndex, HnswParams, IvfIndex,
-    IvfParams, KeyStore, Scratch, SearchOutput, SearchParams, VamanaIndex, VamanaParams,
+    AnnIndex, AttentionIndex, AttentionParams, CpuKnn, Dtype, FlatIndex, HnswIndex, HnswParams,
+    IvfIndex, IvfParams, KeyStore, Scratch, SearchOutput, SearchParams, VamanaIndex, VamanaParams,
 };
 
 /// Index kinds that a retrieval policy can search.
@@ -52,10 +54,16 @@ impl RestIndex {
         keys: Vec<f32>,
         dim: usize,
         train_queries: &[f32],
+        dtype: Dtype,
     ) -> qkindex::Result<Self> {
-        let store = Arc::new(KeyStore::from_f32(keys, dim)?);
+        let store = Arc::new(match dtype {
+            Dtype::F32 => KeyStore::from_f32(keys, dim)?,
+            Dtype::F16 => {
+                KeyStore::from_f16(keys.iter().map(|&x| f16::from_f32(x)).collect(), dim)?
+            }
+        });
         let frozen = |index: Box<dyn AnnIndex>| -> qkindex::Result<RestIndex> {
-            let empty = KeyStore::empty(qkindex::Dtype::F32, dim)?;
+            let empty = KeyStore::empty(dtype, dim)?;
             Ok(RestIndex::Frozen {
                 index,
                 tail: FlatIndex::new(Arc::new(empty)),
@@ -155,6 +163,15 @@ impl RestIndex {
                 out.stats += t.stats;
                 Ok(())
             }
+        }
+    }
+
+    /// The keys of the kinds that serve ids `0..len()` exactly as they are.
+    pub fn keys(&self) -> Option<&KeyStore> {
+        match self {
+            RestIndex::Attention(a) => Some(a.keys()),
+            RestIndex::Flat(f) => Some(f.keys()),
+            RestIndex::Frozen { .. } => None,
         }
     }
 
