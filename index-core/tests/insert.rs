@@ -35,10 +35,10 @@ fn mean_recall(
     for q in queries.chunks_exact(DIM) {
         let found = index
             .search(q, k, &SearchParams::with_ef(ef), &mut scratch)
-            .unwrap();
+            .expect("valid test input");
         let exact = flat
             .search(q, k, &SearchParams::default(), &mut scratch)
-            .unwrap();
+            .expect("valid test input");
         total += qkindex::eval::recall(&found.ids, &exact.ids);
         count += 1;
     }
@@ -51,12 +51,17 @@ fn grown_index_matches_a_rebuild() {
     let n0 = 2000;
     let data = ood(n, 3000, DIM, 11);
     let params = AttentionParams::default();
-    let base = Arc::new(KeyStore::from_f32(data.keys[..n0 * DIM].to_vec(), DIM).unwrap());
-    let mut grown = AttentionIndex::build(base, &data.train_queries, &params, &CpuKnn).unwrap();
+    let base = Arc::new(
+        KeyStore::from_f32(data.keys[..n0 * DIM].to_vec(), DIM).expect("valid test input"),
+    );
+    let mut grown = AttentionIndex::build(base, &data.train_queries, &params, &CpuKnn)
+        .expect("valid test input");
     let mut scratch = Scratch::new(n);
     for (i, key) in data.keys.chunks_exact(DIM).enumerate().skip(n0) {
         let guide = best_query(&data.train_queries, key);
-        let id = grown.insert(key, guide, &mut scratch).unwrap();
+        let id = grown
+            .insert(key, guide, &mut scratch)
+            .expect("valid test input");
         assert_eq!(id as usize, i);
     }
     assert_eq!(grown.len(), n);
@@ -78,9 +83,9 @@ fn grown_index_matches_a_rebuild() {
         "the newest key is an entry"
     );
 
-    let all = Arc::new(KeyStore::from_f32(data.keys.clone(), DIM).unwrap());
-    let rebuilt =
-        AttentionIndex::build(all.clone(), &data.train_queries, &params, &CpuKnn).unwrap();
+    let all = Arc::new(KeyStore::from_f32(data.keys.clone(), DIM).expect("valid test input"));
+    let rebuilt = AttentionIndex::build(all.clone(), &data.train_queries, &params, &CpuKnn)
+        .expect("valid test input");
     let flat = FlatIndex::new(all);
     let r_grown = mean_recall(&grown, &flat, &data.test_queries, 10, 64);
     let r_rebuilt = mean_recall(&rebuilt, &flat, &data.test_queries, 10, 64);
@@ -91,36 +96,41 @@ fn grown_index_matches_a_rebuild() {
     );
 
     // The grown index saves and loads like a built one.
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("valid test input");
     let path = dir.path().join("grown.qki");
-    grown.save(&path).unwrap();
-    let loaded = qkindex::io::load(&path, &Default::default()).unwrap();
+    grown.save(&path).expect("valid test input");
+    let loaded = qkindex::io::load(&path, &Default::default()).expect("valid test input");
     let q = &data.test_queries[..DIM];
     let a = grown
         .search(q, 10, &SearchParams::with_ef(64), &mut scratch)
-        .unwrap();
+        .expect("valid test input");
     let b = loaded
         .search(q, 10, &SearchParams::with_ef(64), &mut scratch)
-        .unwrap();
+        .expect("valid test input");
     assert_eq!(a.ids, b.ids);
 }
 
 #[test]
 fn insert_copies_a_shared_store_and_checks_input() {
     let data = ood(300, 300, DIM, 3);
-    let keys = Arc::new(KeyStore::from_f32(data.keys.clone(), DIM).unwrap());
+    let keys = Arc::new(KeyStore::from_f32(data.keys.clone(), DIM).expect("valid test input"));
     let mut index = AttentionIndex::build(
         keys.clone(),
         &data.train_queries,
         &AttentionParams::default(),
         &CpuKnn,
     )
-    .unwrap();
+    .expect("valid test input");
     let mut flat = FlatIndex::new(keys.clone());
     let mut scratch = Scratch::new(301);
     let key = &data.heldout_keys[..DIM];
-    assert_eq!(index.insert(key, &[], &mut scratch).unwrap(), 300);
-    assert_eq!(flat.insert(key).unwrap(), 300);
+    assert_eq!(
+        index
+            .insert(key, &[], &mut scratch)
+            .expect("valid test input"),
+        300
+    );
+    assert_eq!(flat.insert(key).expect("valid test input"), 300);
     assert_eq!(keys.len(), 300, "the shared store is not changed");
     assert_eq!(index.len(), 301);
 
@@ -158,13 +168,13 @@ proptest! {
             kq: 10,
             ..AttentionParams::default()
         };
-        let keys = Arc::new(KeyStore::from_f32(data.keys[..n0 * 8].to_vec(), 8).unwrap());
-        let mut index = AttentionIndex::build(keys, &data.train_queries, &params, &CpuKnn).unwrap();
+        let keys = Arc::new(KeyStore::from_f32(data.keys[..n0 * 8].to_vec(), 8).expect("valid test input"));
+        let mut index = AttentionIndex::build(keys, &data.train_queries, &params, &CpuKnn).expect("valid test input");
         let mut scratch = Scratch::new(n0 + extra);
         for (i, key) in data.keys.chunks_exact(8).enumerate().skip(n0) {
             let g0 = i % (data.train_queries.len() / 8 - 1);
             let guides = &data.train_queries[g0 * 8..(g0 + 2) * 8];
-            prop_assert_eq!(index.insert(key, guides, &mut scratch).unwrap() as usize, i);
+            prop_assert_eq!(index.insert(key, guides, &mut scratch).expect("valid test input") as usize, i);
         }
         let g = index.graph();
         prop_assert!(g.validate().is_ok());

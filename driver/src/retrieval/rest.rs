@@ -35,7 +35,9 @@ impl RestKind {
     }
 }
 
-/// One KV head's rest index.
+/// One KV head's rest index (one per layer and KV head: the size difference of the variants
+/// does not matter).
+#[allow(clippy::large_enum_variant)]
 pub enum RestIndex {
     Attention(AttentionIndex),
     Flat(FlatIndex),

@@ -38,7 +38,7 @@ impl AttentionIndex {
     /// Errors: wrong dimension, non-finite values.
     pub fn insert(&mut self, key: &[f32], guides: &[f32], scratch: &mut Scratch) -> Result<u32> {
         let dim = self.keys.dim();
-        if guides.len() % dim != 0 {
+        if !guides.len().is_multiple_of(dim) {
             return Err(Error::DimensionMismatch {
                 what: "guide queries (a multiple of dim values)",
                 expected: dim * (guides.len() / dim + 1),
