@@ -24,6 +24,9 @@ use std::sync::Arc;
 /// Guides used at most (the first ones given).
 pub const MAX_GUIDES: usize = 4;
 
+/// Full neighbours (best candidates first) that may give a slot to the new key.
+const REPLACE_CANDIDATES: usize = 8;
+
 impl AttentionIndex {
     /// Appends `key` (its id is the previous [`AnnIndex::len`]) and links it into the graph,
     /// guided by `guides` (row-major queries, a multiple of `dim` values; the first
@@ -93,6 +96,41 @@ impl AttentionIndex {
             if l.len() < 2 * max_degree && !l.contains(&id) {
                 l.push(id);
                 linked |= !sequence || c == id - 1;
+            }
+        }
+        // Full neighbours among the best candidates give the new key the slot of the inserted
+        // key they point to that the guide likes least, when the guide likes the new key more:
+        // without this, hubs fill up early and later keys are never linked from where searches
+        // pass (recall decayed with every thousand inserts). Build edges and the sequence edge
+        // `c → c + 1` are never replaced, so every key stays reachable.
+        if sequence {
+            let guide = if guides.is_empty() {
+                key
+            } else {
+                &guides[..dim]
+            };
+            let scorer = self.keys.scorer();
+            let new_score = scorer.score(guide, id);
+            for &c in out
+                .iter()
+                .filter(|&&c| c != id - 1)
+                .take(REPLACE_CANDIDATES)
+            {
+                let l = &mut lists[c as usize];
+                if l.len() < 2 * max_degree || l.contains(&id) {
+                    continue;
+                }
+                let worst = l
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &y)| y as usize >= self.built_len && y != c + 1)
+                    .map(|(i, &y)| (scorer.score(guide, y), i))
+                    .min_by(|a, b| a.0.total_cmp(&b.0));
+                if let Some((score, i)) = worst {
+                    if score < new_score {
+                        l[i] = id;
+                    }
+                }
             }
         }
         // Reachability: unless a link back came from the previous key (reachable by induction)

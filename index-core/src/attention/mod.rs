@@ -37,6 +37,8 @@ pub struct AttentionIndex {
     entries: Vec<u32>,
     /// `entries[..built_entries]` came with the build (or file); inserts add recent keys after.
     built_entries: usize,
+    /// Keys of the build (or file); ids from here on were inserted.
+    built_len: usize,
     params: AttentionParams,
     stats: BuildStats,
 }
@@ -100,6 +102,7 @@ impl AttentionIndex {
             ));
         }
         Ok(AttentionIndex {
+            built_len: keys.len(),
             keys,
             graph: Adjacency::Frozen(graph),
             built_entries: entries.len(),
