@@ -150,18 +150,32 @@ pub fn evaluate(
             r.latency_ms.total
         );
         if let (Some(reuse), Some(c)) = (r.reuse_ratio, &r.retopk) {
+            let per = |x: f64| x / c.seeded_selections.max(1) as f64;
             eprintln!(
-                "            reuse {:.3}, {:.0} candidates per reuse, {} seeded fallbacks: {:.0} vs {:.0} inner products, {:.1} vs {:.1} hops, recall {:.4} vs {:.4} (seeded vs not)",
-                reuse,
-                r.mean_candidates.unwrap_or(0.0),
-                c.seeded_selections,
-                c.seeded_distance_computations as f64 / c.seeded_selections.max(1) as f64,
-                c.unseeded_distance_computations as f64 / c.seeded_selections.max(1) as f64,
-                c.seeded_hops as f64 / c.seeded_selections.max(1) as f64,
-                c.unseeded_hops as f64 / c.seeded_selections.max(1) as f64,
-                c.seeded_recall_sum / c.seeded_selections.max(1) as f64,
-                c.unseeded_recall_sum / c.seeded_selections.max(1) as f64,
+                "            reuse {reuse:.3}, {:.0} keys scored per reuse",
+                r.mean_candidates.unwrap_or(0.0)
             );
+            if c.seeded_selections > 0 {
+                eprintln!(
+                    "            {} seeded fallbacks: seeded {:.0} inner products, {:.1} hops, recall {:.4}; unseeded same ef {:.0}, {:.1}, {:.4}",
+                    c.seeded_selections,
+                    per(c.seeded_distance_computations as f64),
+                    per(c.seeded_hops as f64),
+                    per(c.seeded_recall_sum),
+                    per(c.unseeded_distance_computations as f64),
+                    per(c.unseeded_hops as f64),
+                    per(c.unseeded_recall_sum),
+                );
+                for w in &c.wider {
+                    eprintln!(
+                        "            unseeded ef {}: {:.0} inner products, {:.1} hops, recall {:.4}",
+                        w.ef,
+                        per(w.distance_computations as f64),
+                        per(w.hops as f64),
+                        per(w.recall_sum)
+                    );
+                }
+            }
         }
         results.push(r);
     }

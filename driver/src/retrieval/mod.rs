@@ -205,6 +205,21 @@ pub struct ReTopKCounts {
     pub unseeded_hops: u64,
     pub seeded_recall_sum: f64,
     pub unseeded_recall_sum: f64,
+    /// The unseeded search again with a larger `ef` (× [`WIDER_EF`]), to find the cost of the
+    /// seeded search's recall without seeds.
+    pub wider: Vec<WiderRun>,
+}
+
+/// `ef` factors of the unseeded comparison searches beyond the seeded search's own `ef`.
+pub const WIDER_EF: [f64; 3] = [1.25, 1.5, 2.0];
+
+/// Sums over the seeded selections of one unseeded comparison search with a larger `ef`.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct WiderRun {
+    pub ef: usize,
+    pub distance_computations: u64,
+    pub hops: u64,
+    pub recall_sum: f64,
 }
 
 impl ReTopKCounts {
@@ -230,6 +245,15 @@ impl ReTopKCounts {
         self.unseeded_hops += o.unseeded_hops;
         self.seeded_recall_sum += o.seeded_recall_sum;
         self.unseeded_recall_sum += o.unseeded_recall_sum;
+        if self.wider.len() < o.wider.len() {
+            self.wider.resize(o.wider.len(), WiderRun::default());
+        }
+        for (a, b) in self.wider.iter_mut().zip(&o.wider) {
+            a.ef = b.ef;
+            a.distance_computations += b.distance_computations;
+            a.hops += b.hops;
+            a.recall_sum += b.recall_sum;
+        }
     }
 }
 
@@ -275,8 +299,9 @@ struct HeadState {
     /// ReTopK selectors, one per query head of the group (retopk only).
     selectors: Vec<ReTopK>,
     counts: ReTopKCounts,
-    /// Per query head: positions of the unseeded comparison search on seeded exact steps.
-    unseeded: Vec<Option<Vec<usize>>>,
+    /// Per query head: positions found by the unseeded comparison searches on seeded exact
+    /// steps (the same `ef`, then each of [`WIDER_EF`]).
+    unseeded: Vec<Option<Vec<Vec<usize>>>>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -634,7 +659,21 @@ impl DecodeAttention for Retrieval {
                 rest.search(qh, kk, params, &mut st.scratch, &mut out)?;
                 st.counts.unseeded_distance_computations += out.stats.distance_computations;
                 st.counts.unseeded_hops += out.stats.hops;
-                st.unseeded[j] = Some(out.ids.iter().map(|&id| sink + id as usize).collect());
+                let mut found = vec![out.ids.iter().map(|&id| sink + id as usize).collect()];
+                let base_ef = params.ef.unwrap_or(kk.max(128));
+                st.counts.wider.resize(WIDER_EF.len(), WiderRun::default());
+                for (w, f) in st.counts.wider.iter_mut().zip(WIDER_EF) {
+                    let wide = SearchParams {
+                        ef: Some((base_ef as f64 * f).round() as usize),
+                        ..params.clone()
+                    };
+                    rest.search(qh, kk, &wide, &mut st.scratch, &mut out)?;
+                    w.ef = wide.ef.unwrap_or(base_ef);
+                    w.distance_computations += out.stats.distance_computations;
+                    w.hops += out.stats.hops;
+                    found.push(out.ids.iter().map(|&id| sink + id as usize).collect());
+                }
+                st.unseeded[j] = Some(found);
             }
         }
         if compared {
@@ -691,9 +730,14 @@ impl DecodeAttention for Retrieval {
                     let qh = &q[(g * group + j) * hd..][..hd];
                     let m = measure(qh, kh, n, sink, rest_end, &st.selected[j], kk, scale);
                     if let Some(unseeded) = &st.unseeded[j] {
-                        let u = measure(qh, kh, n, sink, rest_end, unseeded, kk, scale);
                         st.counts.seeded_recall_sum += m.recall;
-                        st.counts.unseeded_recall_sum += u.recall;
+                        for (i, ids) in unseeded.iter().enumerate() {
+                            let u = measure(qh, kh, n, sink, rest_end, ids, kk, scale);
+                            match i {
+                                0 => st.counts.unseeded_recall_sum += u.recall,
+                                _ => st.counts.wider[i - 1].recall_sum += u.recall,
+                            }
+                        }
                     }
                     st.measure.mass += m.mass;
                     st.measure.mass_ratio += m.mass_ratio;
