@@ -13,7 +13,7 @@
 //! guides the key itself is the query (a key–key fallback).
 
 use super::{Adjacency, AttentionIndex, Prune};
-use crate::error::{Error, Result};
+use crate::error::{check_finite, Error, Result};
 use crate::graph::beam_search;
 use crate::metric::kernels;
 use crate::scratch::Scratch;
@@ -48,19 +48,20 @@ impl AttentionIndex {
                 got: guides.len(),
             });
         }
-        if guides.iter().any(|x| !x.is_finite()) {
-            return Err(Error::invalid_param(
-                "guides",
-                "non-finite",
-                "guide queries must be finite",
-            ));
-        }
+        check_finite("guide queries", guides, dim)?;
         let n = self.keys.len();
         let id = u32::try_from(n)
             .ok()
             .filter(|&id| id < u32::MAX)
             .ok_or_else(|| Error::invalid_param("n", n, "more than u32::MAX keys"))?;
-        check_key(key, dim)?;
+        if key.len() != dim {
+            return Err(Error::DimensionMismatch {
+                what: "key",
+                expected: dim,
+                got: key.len(),
+            });
+        }
+        check_finite("key", key, dim)?;
 
         let mut cands = self.guided_candidates(key, guides, scratch);
         cands.truncate(2 * self.params.max_degree);
@@ -204,25 +205,6 @@ impl AttentionIndex {
             }
         }
     }
-}
-
-/// Errors for a key of the wrong length or with non-finite values.
-fn check_key(key: &[f32], dim: usize) -> Result<()> {
-    if key.len() != dim {
-        return Err(Error::DimensionMismatch {
-            what: "key",
-            expected: dim,
-            got: key.len(),
-        });
-    }
-    if key.iter().any(|x| !x.is_finite()) {
-        return Err(Error::invalid_param(
-            "key",
-            "non-finite",
-            "keys must be finite",
-        ));
-    }
-    Ok(())
 }
 
 /// The build's occlusion rule with the new key as the pivot: candidate `c` is dropped when an
