@@ -398,17 +398,18 @@ impl Retrieval {
                 };
                 let mut guides = VecDeque::new();
                 if track_guides && !dense {
+                    // Each window key's guide: the prefill query (at or after it) of the group
+                    // with the largest q·k/|q|; query norms computed once.
                     let q = &prefill_q[layer];
+                    let span: Vec<(&[f32], f32)> = (rest_end..n)
+                        .flat_map(|t| {
+                            (0..group).map(move |j| &q[t * width + (g * group + j) * hd..][..hd])
+                        })
+                        .map(|qh| (qh, inv_norm(qh)))
+                        .collect();
                     for p in rest_end..n {
-                        guides.push_back(best_guide(
-                            &keys[p * hd..(p + 1) * hd],
-                            (p..n).flat_map(|t| {
-                                (0..group).map(move |j| {
-                                    let h = g * group + j;
-                                    &q[t * width + h * hd..][..hd]
-                                })
-                            }),
-                        ));
+                        let key = &keys[p * hd..(p + 1) * hd];
+                        guides.push_back(best_guide(key, &span[(p - rest_end) * group..]));
                     }
                 }
                 let mut selectors = Vec::new();
@@ -493,14 +494,15 @@ impl Retrieval {
     }
 }
 
-/// The query (of those given) with the largest `q·k / |q|`, and that score.
-fn best_guide<'a>(key: &[f32], queries: impl Iterator<Item = &'a [f32]>) -> Guide {
+/// The query (of those given with their inverse norms) with the largest `q·k / |q|`, and that
+/// score.
+fn best_guide(key: &[f32], queries: &[(&[f32], f32)]) -> Guide {
     let mut best = Guide {
         score: f32::NEG_INFINITY,
         query: Vec::new(),
     };
-    for q in queries {
-        let s = cosine_score(q, key);
+    for &(q, inv) in queries {
+        let s = simd::dot(q, key) * inv;
         if s > best.score {
             best.score = s;
             best.query = q.to_vec();
@@ -509,9 +511,9 @@ fn best_guide<'a>(key: &[f32], queries: impl Iterator<Item = &'a [f32]>) -> Guid
     best
 }
 
-fn cosine_score(q: &[f32], key: &[f32]) -> f32 {
-    let norm = simd::dot(q, q).sqrt().max(f32::MIN_POSITIVE);
-    simd::dot(q, key) / norm
+/// `1 / |q|` (finite for a zero query).
+fn inv_norm(q: &[f32]) -> f32 {
+    1.0 / simd::dot(q, q).sqrt().max(f32::MIN_POSITIVE)
 }
 
 impl std::fmt::Debug for Retrieval {
@@ -698,7 +700,7 @@ impl DecodeAttention for Retrieval {
                     // each keeps the query with the largest q·k/|q| (guides[i] is position
                     // rest_end + i, scores[n_sink + i] its scaled score).
                     if !st.guides.is_empty() {
-                        let inv = 1.0 / simd::dot(qh, qh).sqrt().max(f32::MIN_POSITIVE);
+                        let inv = inv_norm(qh);
                         for (guide, &sc) in st.guides.iter_mut().zip(&st.scores[n_sink..]) {
                             let c = sc * inv;
                             if c > guide.score {
