@@ -5,6 +5,7 @@
 //! decode/held-out key (k2k) over the parameter sweep, single-threaded, and compare with the
 //! exact top-k. Writes `bench.json`, `bench.csv` and `report.md` into `--out`.
 
+mod cache;
 pub(crate) mod kinds;
 
 use crate::report::{self, BenchReport, Row};
@@ -104,6 +105,10 @@ pub struct BenchArgs {
     /// AttentionIndex: sequence edges to each side.
     #[arg(long, default_value_t = 1)]
     pub sequence_edges: usize,
+    /// Keep built indexes in this directory and reuse them in later runs with the same dump,
+    /// heads, kinds and build parameters (index files plus JSON side files).
+    #[arg(long)]
+    pub cache: Option<PathBuf>,
     /// Build parameters of the baseline kinds (hnsw, ivf, vamana).
     #[command(flatten)]
     pub baseline: kinds::BaselineArgs,
@@ -214,7 +219,23 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 head: h,
             };
             for kind in &kinds {
-                let built = kinds::build(kind, &input, &args)?;
+                let entry = args
+                    .cache
+                    .as_deref()
+                    .map(|dir| cache::Entry::new(dir, &args, kind, layer, h, n));
+                let built = match entry.as_ref().and_then(cache::Entry::load) {
+                    Some(built) => {
+                        eprintln!("layer {layer} head {h} {kind}: loaded from the build cache");
+                        built
+                    }
+                    None => {
+                        let built = kinds::build(kind, &input, &args)?;
+                        if let Some(entry) = &entry {
+                            entry.store(&built)?;
+                        }
+                        built
+                    }
+                };
                 let bytes_per_key = built.index.memory_bytes() as f64 / n as f64;
                 for (&k, set) in args.k.iter().flat_map(|k| sets.iter().map(move |s| (k, s))) {
                     for params in &built.sweep.params(&args, k) {
