@@ -65,6 +65,10 @@ pub struct PolicyArgs {
     /// Element type of the index's copy of the keys (exact-topk always scans f32).
     #[arg(long, value_enum, default_value_t = StoreType::F16)]
     pub store: StoreType,
+    /// Left-out keys sampled per step and query head to estimate the softmax share of the keys
+    /// top-k retrieval drops (0: plain top-k attention).
+    #[arg(long, default_value_t = 0)]
+    pub tail_samples: usize,
     /// Skip the per-step scoring of every key (no mass and recall figures).
     #[arg(long)]
     pub no_measure: bool,
@@ -111,6 +115,7 @@ impl PolicyArgs {
                 StoreType::F16 => qkindex::Dtype::F16,
                 StoreType::F32 => qkindex::Dtype::F32,
             },
+            tail_samples: self.tail_samples,
         }
     }
 }

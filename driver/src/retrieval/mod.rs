@@ -17,6 +17,7 @@
 
 pub mod rest;
 pub mod softmax;
+pub mod tail;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -52,6 +53,7 @@ pub fn cache_keys(cache: &KvCache, head_dim: usize) -> impl Fn(usize, usize) -> 
 }
 pub use rest::{RestIndex, RestKind};
 use softmax::Partial;
+use tail::{tail_part, TailScratch};
 
 /// How decode steps choose the keys they attend to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -109,6 +111,9 @@ pub struct PolicyConfig {
     /// Element type of the index's key copy (`exact-topk` always scans f32).
     #[serde(serialize_with = "dtype_name")]
     pub store: qkindex::Dtype,
+    /// Left-out keys of the rest sampled each step to estimate their share of the softmax
+    /// ([`tail`]; 0: none, plain top-k attention).
+    pub tail_samples: usize,
 }
 
 fn dtype_name<S: serde::Serializer>(d: &qkindex::Dtype, s: S) -> Result<S::Ok, S::Error> {
@@ -131,6 +136,7 @@ impl PolicyConfig {
             retopk_index: false,
             dense_layers: Vec::new(),
             store: qkindex::Dtype::F16,
+            tail_samples: 0,
         }
     }
 
@@ -294,6 +300,9 @@ struct HeadState {
     /// Per query head of the group: the positions retrieved this step.
     selected: Vec<Vec<usize>>,
     scores: Vec<f32>,
+    tail: TailScratch,
+    /// Keys sampled by the tail estimate this step.
+    tail_keys: u64,
     dc: u64,
     measure: Measured,
     /// ReTopK selectors, one per query head of the group (retopk only).
@@ -451,6 +460,8 @@ impl Retrieval {
                     found: SearchOutput::default(),
                     selected: vec![Vec::new(); group],
                     scores: Vec::new(),
+                    tail: TailScratch::default(),
+                    tail_keys: 0,
                     dc: 0,
                     measure: Measured::default(),
                 });
@@ -685,6 +696,7 @@ impl DecodeAttention for Retrieval {
         // Attention: static part + retrieved part, merged.
         let t1 = Instant::now();
         let static_positions = move || (0..sink.min(n)).chain(rest_end..n);
+        let tail_m = self.cfg.tail_samples;
         heads
             .par_iter_mut()
             .zip(out.par_chunks_mut(group * hd))
@@ -718,7 +730,22 @@ impl DecodeAttention for Retrieval {
                         scale,
                         &mut st.scores,
                     );
-                    Partial::merge(&[s, r], &mut og[j * hd..(j + 1) * hd]);
+                    let seed =
+                        ((pos as u64) << 24) ^ ((layer as u64) << 12) ^ (g * group + j) as u64;
+                    let t = tail_part(
+                        qh,
+                        kh,
+                        vh,
+                        sink.min(rest_end)..rest_end,
+                        &st.selected[j],
+                        tail_m,
+                        seed,
+                        scale,
+                        &mut st.scores,
+                        &mut st.tail,
+                    );
+                    st.tail_keys += tail::sampled(&st.tail) as u64;
+                    Partial::merge(&[s, r, t], &mut og[j * hd..(j + 1) * hd]);
                 }
             });
         self.stats.attention += t1.elapsed();
@@ -765,6 +792,7 @@ impl DecodeAttention for Retrieval {
             for sel in &st.selected {
                 self.stats.keys_attended += (sink.min(n) + n - rest_end + sel.len()) as u64;
             }
+            self.stats.keys_attended += std::mem::take(&mut st.tail_keys);
             self.stats.selections += group as u64;
             let m = std::mem::take(&mut st.measure);
             self.stats.mass_sum += m.mass;

@@ -56,6 +56,13 @@ impl Partial {
         part
     }
 
+    /// Multiplies the part's weight in a merge by `w > 0` (its sum and output together).
+    pub fn scale_by(&mut self, w: f32) {
+        if self.max > f32::NEG_INFINITY {
+            self.max += w.ln();
+        }
+    }
+
     /// Merges parts into the normalised attention output (`out`, `head_dim` values). With no
     /// keys in any part the output is zero.
     pub fn merge(parts: &[Partial], out: &mut [f32]) {
