@@ -86,10 +86,36 @@ fn covering_selections_equal_full_attention() {
     assert!(max_diff(&full, &got) < 2e-3);
     // A small selection is not.
     let (got, _) = decode(&m, &ids, n0, &config(PolicyKind::Static, RestKind::Flat, 1));
+    let small = max_diff(&full, &got);
     assert!(
-        max_diff(&full, &got) > 1e-2,
+        small > 1e-2,
         "static with a small window changes the output"
     );
+    // A tail estimate with as many samples as left-out keys takes each of them once, at weight
+    // 1: full attention again, from a selection of 8.
+    for (kind, index) in [
+        (PolicyKind::ExactTopk, RestKind::Flat),
+        (PolicyKind::IndexTopk, RestKind::Attention),
+    ] {
+        let cfg = PolicyConfig {
+            tail_samples: 400,
+            ..config(kind, index, 8)
+        };
+        let (got, _) = decode(&m, &ids, n0, &cfg);
+        let d = max_diff(&full, &got);
+        assert!(d < 2e-3, "{kind:?} + covering tail: logits differ by {d}");
+        // A sampled tail (1 in 4 of the left-out keys) moves the top-8 output towards full.
+        let top8 = max_diff(&full, &decode(&m, &ids, n0, &config(kind, index, 8)).0);
+        let sampled = PolicyConfig {
+            tail_samples: 40,
+            ..config(kind, index, 8)
+        };
+        let est = max_diff(&full, &decode(&m, &ids, n0, &sampled).0);
+        assert!(
+            est < top8,
+            "{kind:?}: tail estimate {est} vs plain top-8 {top8}"
+        );
+    }
 }
 
 #[test]
