@@ -512,6 +512,9 @@ pub fn params_json(p: &SearchParams) -> serde_json::Value {
     if let Some(np) = p.nprobe {
         m.insert("nprobe".into(), np.into());
     }
+    if let Some(b) = p.beam {
+        m.insert("beam".into(), b.into());
+    }
     serde_json::Value::Object(m)
 }
 

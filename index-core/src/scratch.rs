@@ -210,6 +210,8 @@ pub struct BeamList {
     items: Vec<u64>,
     cap: usize,
     cursor: usize,
+    /// Only items ranked below this are expanded (the beam width; `cap` by default).
+    width: usize,
 }
 
 /// Maps an f32 to a `u32` whose unsigned order is the float's total order.
@@ -240,6 +242,15 @@ impl BeamList {
         self.items.reserve(cap + 1);
         self.cap = cap;
         self.cursor = 0;
+        self.width = cap;
+    }
+
+    /// Expands only the best `width` items (at least 1, at most the capacity). Items ranked
+    /// lower stay in the list as results but are never expanded: a search of list size `cap`
+    /// and width `w < cap` walks exactly as one of list size `w` would, and returns the best
+    /// `cap` of every item it scored.
+    pub fn set_width(&mut self, width: usize) {
+        self.width = width.clamp(1, self.cap.max(1));
     }
 
     /// Number of items held.
@@ -283,7 +294,8 @@ impl BeamList {
     /// The best unexpanded item, marked expanded; `None` when every item is expanded.
     #[inline(always)]
     pub fn next_unexpanded(&mut self) -> Option<Scored> {
-        while self.cursor < self.items.len() {
+        let end = self.items.len().min(self.width);
+        while self.cursor < end {
             let i = self.cursor;
             self.cursor += 1;
             let item = self.items[i];
@@ -389,6 +401,25 @@ mod tests {
         b.copy_best(2, &mut ids, &mut scores);
         assert_eq!(ids, vec![5, 3]);
         assert_eq!(scores, vec![5.0, 3.0]);
+    }
+
+    #[test]
+    fn beam_width_limits_expansion_not_results() {
+        let mut b = BeamList::default();
+        b.reset(4);
+        b.set_width(2);
+        for (s, id) in [(1.0, 1), (4.0, 4), (3.0, 3), (2.0, 2)] {
+            b.insert(s, id);
+        }
+        assert_eq!(b.next_unexpanded().map(|s| s.id), Some(4));
+        assert_eq!(b.next_unexpanded().map(|s| s.id), Some(3));
+        assert_eq!(b.next_unexpanded(), None, "ranks 3 and 4 are results only");
+        b.insert(5.0, 5);
+        assert_eq!(b.next_unexpanded().map(|s| s.id), Some(5));
+        assert_eq!(b.next_unexpanded(), None);
+        let (mut ids, mut scores) = (Vec::new(), Vec::new());
+        b.copy_best(4, &mut ids, &mut scores);
+        assert_eq!(ids, vec![5, 4, 3, 2]);
     }
 
     #[test]

@@ -42,6 +42,11 @@ pub struct SearchParams {
     pub ef: Option<usize>,
     /// Lists probed by IVF; `None` takes the index default.
     pub nprobe: Option<usize>,
+    /// Beam width of graph searches: only the best `beam` items of the `ef` list are expanded
+    /// (`1 ≤ beam`; `None` or `beam ≥ ef`: all of them). A width below `k` walks like a search
+    /// with a list of `beam` items, the result still being the best `k` keys it scored: the
+    /// settings below `ef = k` on a recall curve.
+    pub beam: Option<usize>,
     /// Extra entry points for graph searches (for example keys recalled by ReTopK).
     pub seeds: Vec<u32>,
 }
@@ -177,6 +182,14 @@ pub fn check_query(query: &[f32], dim: usize, k: usize, n: usize) -> Result<()> 
         ));
     }
     Ok(())
+}
+
+/// Checks [`SearchParams::beam`] (graph kinds): a width of 0 expands nothing.
+pub fn check_beam(params: &SearchParams) -> Result<()> {
+    match params.beam {
+        Some(0) => Err(Error::invalid_param("beam", 0, "must be at least 1")),
+        _ => Ok(()),
+    }
 }
 
 /// Searches one query per index in parallel (rayon), as a decode step does for the heads of

@@ -576,6 +576,56 @@ fn seeds_are_used_and_out_of_range_seeds_ignored() {
 }
 
 #[test]
+fn beam_width_narrows_graph_searches() {
+    let f = fixture();
+    let indexes: [(&str, &dyn AnnIndex); 3] = [
+        ("attention", &f.attention),
+        ("vamana", &f.vamana),
+        ("hnsw", &f.hnsw),
+    ];
+    for (name, index) in indexes {
+        let mut s = index.new_scratch();
+        let (mut wide_dc, mut narrow_dc) = (0, 0);
+        for i in 0..8 {
+            let q = query(&f.data.test_queries, DIM, i);
+            let plain = index
+                .search(q, K, &SearchParams::with_ef(EF), &mut s)
+                .expect("plain");
+            let full_width = SearchParams {
+                beam: Some(EF + 5),
+                ..SearchParams::with_ef(EF)
+            };
+            let same = index.search(q, K, &full_width, &mut s).expect("beam ≥ ef");
+            assert_eq!(
+                plain, same,
+                "{name}: a width of at least ef changes nothing"
+            );
+            let narrow = SearchParams {
+                beam: Some(K / 2),
+                ..SearchParams::with_ef(K)
+            };
+            let got = index.search(q, K, &narrow, &mut s).expect("narrow");
+            check_output(&got, q, &f.data.keys, DIM, K, name);
+            wide_dc += plain.stats.distance_computations;
+            narrow_dc += got.stats.distance_computations;
+        }
+        assert!(narrow_dc < wide_dc, "{name}: {narrow_dc} vs {wide_dc}");
+        let q = query(&f.data.test_queries, DIM, 0);
+        let zero = SearchParams {
+            beam: Some(0),
+            ..SearchParams::with_ef(EF)
+        };
+        assert!(
+            matches!(
+                index.search(q, K, &zero, &mut s),
+                Err(Error::InvalidParam { .. })
+            ),
+            "{name}: beam 0 is an error"
+        );
+    }
+}
+
+#[test]
 fn search_batch_equals_individual_searches() {
     let f = fixture();
     let indexes: Vec<&dyn AnnIndex> = vec![

@@ -472,7 +472,7 @@ impl Retrieval {
         let params = SearchParams {
             ef: cfg.ef.map(|ef| ef.max(cfg.k)),
             nprobe: cfg.nprobe,
-            seeds: Vec::new(),
+            ..Default::default()
         };
         Ok(Retrieval {
             stats: RetrievalStats {

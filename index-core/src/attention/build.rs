@@ -394,6 +394,7 @@ fn connect(
                 &[entries],
                 ef,
                 ef,
+                None,
                 &mut scratch,
                 &mut out,
             );

@@ -172,11 +172,19 @@ impl AttentionIndex {
             let entries: [&[u32]; 1] = [&self.entries];
             match &self.graph {
                 Adjacency::Frozen(g) => {
-                    beam_search(g, &scorer, q, &entries, ef, k, scratch, &mut out)
+                    beam_search(g, &scorer, q, &entries, ef, k, None, scratch, &mut out)
                 }
-                Adjacency::Growing(l) => {
-                    beam_search(l.as_slice(), &scorer, q, &entries, ef, k, scratch, &mut out)
-                }
+                Adjacency::Growing(l) => beam_search(
+                    l.as_slice(),
+                    &scorer,
+                    q,
+                    &entries,
+                    ef,
+                    k,
+                    None,
+                    scratch,
+                    &mut out,
+                ),
             }
             searches.push(std::mem::take(&mut out.ids));
         }

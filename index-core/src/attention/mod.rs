@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::graph::{beam_search, Csr};
 use crate::knn::KnnBackend;
 use crate::scratch::Scratch;
-use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams};
+use crate::search::{check_beam, check_query, AnnIndex, IndexKind, SearchOutput, SearchParams};
 use crate::store::KeyStore;
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -182,13 +182,32 @@ impl AnnIndex for AttentionIndex {
                 format!("must be at least k = {k}"),
             ));
         }
+        check_beam(params)?;
         let scorer = self.keys.scorer();
         let entries: [&[u32]; 2] = [&self.entries, &params.seeds];
         match &self.graph {
-            Adjacency::Frozen(g) => beam_search(g, &scorer, query, &entries, ef, k, scratch, out),
-            Adjacency::Growing(l) => {
-                beam_search(l.as_slice(), &scorer, query, &entries, ef, k, scratch, out)
-            }
+            Adjacency::Frozen(g) => beam_search(
+                g,
+                &scorer,
+                query,
+                &entries,
+                ef,
+                k,
+                params.beam,
+                scratch,
+                out,
+            ),
+            Adjacency::Growing(l) => beam_search(
+                l.as_slice(),
+                &scorer,
+                query,
+                &entries,
+                ef,
+                k,
+                params.beam,
+                scratch,
+                out,
+            ),
         }
         Ok(())
     }

@@ -16,7 +16,7 @@ use crate::store::Scorer;
 use super::Neighbors;
 
 /// Searches `graph` for the `k` keys with the largest `query · key`, with a result list of
-/// `ef ≥ k`, starting from every id of the slices in `entries` (ids out of range are ignored,
+/// `ef ≥ k` of which the best `width` items (all when `None`) are expanded, starting from every id of the slices in `entries` (ids out of range are ignored,
 /// and so are neighbour ids `≥ graph.node_count()`, which only an unverified file can hold).
 /// Writes `out` (cleared first).
 #[allow(clippy::too_many_arguments)]
@@ -27,6 +27,7 @@ pub fn beam_search<G: Neighbors + ?Sized>(
     entries: &[&[u32]],
     ef: usize,
     k: usize,
+    width: Option<usize>,
     scratch: &mut Scratch,
     out: &mut SearchOutput,
 ) {
@@ -36,17 +37,19 @@ pub fn beam_search<G: Neighbors + ?Sized>(
             // SAFETY: `search_isa` returns Avx512 only when every feature that
             // `beam_search_avx512` enables was detected on this CPU.
             return unsafe {
-                beam_search_avx512(graph, scorer, query, entries, ef, k, scratch, out)
+                beam_search_avx512(graph, scorer, query, entries, ef, k, width, scratch, out)
             };
         }
         SearchIsa::Avx2 => {
             // SAFETY: `search_isa` returns Avx2 only when every feature that `beam_search_avx2`
             // enables was detected on this CPU.
-            return unsafe { beam_search_avx2(graph, scorer, query, entries, ef, k, scratch, out) };
+            return unsafe {
+                beam_search_avx2(graph, scorer, query, entries, ef, k, width, scratch, out)
+            };
         }
         SearchIsa::Baseline => {}
     }
-    beam_search_impl(graph, scorer, query, entries, ef, k, scratch, out)
+    beam_search_impl(graph, scorer, query, entries, ef, k, width, scratch, out)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -93,10 +96,11 @@ unsafe fn beam_search_avx2<G: Neighbors + ?Sized>(
     entries: &[&[u32]],
     ef: usize,
     k: usize,
+    width: Option<usize>,
     scratch: &mut Scratch,
     out: &mut SearchOutput,
 ) {
-    beam_search_impl(graph, scorer, query, entries, ef, k, scratch, out)
+    beam_search_impl(graph, scorer, query, entries, ef, k, width, scratch, out)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -109,10 +113,11 @@ unsafe fn beam_search_avx512<G: Neighbors + ?Sized>(
     entries: &[&[u32]],
     ef: usize,
     k: usize,
+    width: Option<usize>,
     scratch: &mut Scratch,
     out: &mut SearchOutput,
 ) {
-    beam_search_impl(graph, scorer, query, entries, ef, k, scratch, out)
+    beam_search_impl(graph, scorer, query, entries, ef, k, width, scratch, out)
 }
 
 #[inline(always)]
@@ -124,6 +129,7 @@ fn beam_search_impl<G: Neighbors + ?Sized>(
     entries: &[&[u32]],
     ef: usize,
     k: usize,
+    width: Option<usize>,
     scratch: &mut Scratch,
     out: &mut SearchOutput,
 ) {
@@ -138,6 +144,9 @@ fn beam_search_impl<G: Neighbors + ?Sized>(
     } = scratch;
     visited.reset(n);
     beam.reset(ef.max(k));
+    if let Some(w) = width {
+        beam.set_width(w);
+    }
     let mut stats = SearchStats::default();
 
     ids.clear();

@@ -359,6 +359,7 @@ fn plan_links(
             &[&[cur.id]],
             efc,
             efc,
+            None,
             scratch,
             out,
         );

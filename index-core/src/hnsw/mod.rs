@@ -31,7 +31,9 @@ use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::graph::{beam_search, Csr};
 use crate::scratch::{Scored, Scratch};
-use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};
+use crate::search::{
+    check_beam, check_query, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats,
+};
 use crate::store::KeyStore;
 use std::sync::Arc;
 
@@ -173,6 +175,7 @@ impl AnnIndex for HnswIndex {
                 format!("must be at least k = {k}"),
             ));
         }
+        check_beam(params)?;
         let scorer = self.keys.scorer();
         let mut stats = SearchStats {
             distance_computations: 1,
@@ -205,6 +208,7 @@ impl AnnIndex for HnswIndex {
             &[&[cur.id], &params.seeds],
             ef,
             k,
+            params.beam,
             scratch,
             out,
         );

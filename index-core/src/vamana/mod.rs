@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::graph::{beam_search, Csr};
 use crate::knn::KnnBackend;
 use crate::scratch::Scratch;
-use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams};
+use crate::search::{check_beam, check_query, AnnIndex, IndexKind, SearchOutput, SearchParams};
 use crate::store::KeyStore;
 use std::sync::Arc;
 
@@ -170,6 +170,7 @@ impl AnnIndex for VamanaIndex {
                 format!("must be at least k = {k}"),
             ));
         }
+        check_beam(params)?;
         let scorer = self.keys.scorer();
         beam_search(
             &self.graph,
@@ -178,6 +179,7 @@ impl AnnIndex for VamanaIndex {
             &[&[self.medoid], &params.seeds],
             ef,
             k,
+            params.beam,
             scratch,
             out,
         );

@@ -102,7 +102,8 @@ pub struct Built {
 pub enum Sweep {
     /// One setting (the exact scan).
     Single,
-    /// `--ef` (given for k = 100, scaled by k / 100 for other k, never below k).
+    /// `--ef` (given for k = 100, scaled by k / 100 for other k); values below k run as
+    /// `ef = k` with that beam width ([`SearchParams::beam`]).
     Ef,
     /// `--nprobe` values up to `nlist` (larger ones scan every list, as `nlist` does), or
     /// `nlist` alone when every value is larger.
@@ -119,14 +120,26 @@ impl Sweep {
                     .ef
                     .iter()
                     .map(|&ef| if k == 100 { ef } else { ef * k / 100 })
-                    .filter(|&ef| ef >= k)
+                    .filter(|&ef| ef >= 1)
                     .collect();
                 if efs.is_empty() {
                     efs.push(k);
                 }
                 efs.sort_unstable();
                 efs.dedup();
-                efs.into_iter().map(SearchParams::with_ef).collect()
+                efs.into_iter()
+                    .map(|ef| {
+                        if ef >= k {
+                            SearchParams::with_ef(ef)
+                        } else {
+                            SearchParams {
+                                ef: Some(k),
+                                beam: Some(ef),
+                                ..Default::default()
+                            }
+                        }
+                    })
+                    .collect()
             }
             Sweep::Nprobe { nlist } => {
                 let mut sweep: Vec<SearchParams> = args

@@ -40,11 +40,12 @@ pub struct BenchArgs {
     /// Query sets: q2k (decode queries), k2k (decode or held-out keys as queries).
     #[arg(long, value_delimiter = ',', default_value = "q2k,k2k")]
     pub queries: Vec<String>,
-    /// `ef` sweep of graph indexes.
+    /// `ef` sweep of graph indexes (for k = 100; scaled by k / 100 for other k). Values below k
+    /// search a list of k with that beam width (only the best `value` items are expanded).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "100,110,120,128,144,160,192,224,256,320,400,512,640,800,1024"
+        default_value = "64,72,80,90,100,110,120,128,144,160,192,224,256,320,400,512,640,800,1024"
     )]
     pub ef: Vec<usize>,
     /// `nprobe` sweep of IVF indexes.
