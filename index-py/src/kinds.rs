@@ -59,17 +59,20 @@ impl HnswIndex {
     }
 
     /// Top-`k` keys by inner product for each query (`[b, d]` or `[d]`), with a candidate
-    /// list of `ef ≥ k` (None: the index default, raised to `k`).
-    #[pyo3(signature = (queries, k=100, ef=None))]
+    /// list of `ef ≥ k` (None: the index default, raised to `k`), of which the best `beam` items
+    /// are expanded (None: all; below `k`: a cheaper, narrower search).
+    #[pyo3(signature = (queries, k=100, ef=None, beam=None))]
     fn search(
         &self,
         py: Python<'_>,
         queries: &Bound<'_, PyAny>,
         k: i64,
         ef: Option<i64>,
+        beam: Option<i64>,
     ) -> PyResult<crate::index::SearchResult> {
         let params = SearchParams {
             ef: ef.map(|e| count("ef", e, 1)).transpose()?,
+            beam: beam.map(|b| count("beam", b, 1)).transpose()?,
             ..SearchParams::default()
         };
         search_any(py, self.inner.as_ref(), &self.pool, queries, k, &params)
@@ -274,17 +277,20 @@ impl VamanaIndex {
         })
     }
 
-    /// Top-`k` keys by inner product for each query, with a candidate list of `ef ≥ k`.
-    #[pyo3(signature = (queries, k=100, ef=None))]
+    /// Top-`k` keys by inner product for each query, with a candidate list of `ef ≥ k` of which
+    /// the best `beam` items are expanded (None: all).
+    #[pyo3(signature = (queries, k=100, ef=None, beam=None))]
     fn search(
         &self,
         py: Python<'_>,
         queries: &Bound<'_, PyAny>,
         k: i64,
         ef: Option<i64>,
+        beam: Option<i64>,
     ) -> PyResult<crate::index::SearchResult> {
         let params = SearchParams {
             ef: ef.map(|e| count("ef", e, 1)).transpose()?,
+            beam: beam.map(|b| count("beam", b, 1)).transpose()?,
             ..SearchParams::default()
         };
         search_any(py, self.inner.as_ref(), &self.pool, queries, k, &params)

@@ -103,3 +103,17 @@ def test_damaged_files_are_format_errors(tmp_path, attention_index):
         qkindex.load(tmp_path / "junk.qki")
     with pytest.raises(FileNotFoundError):
         qkindex.load(tmp_path / "missing.qki")
+
+
+def test_beam_narrows_the_search(data, attention_index):
+    """`beam` expands only the best items of the list: the same answer at `beam >= ef`, fewer
+    inner products below it, and 0 is a ValueError."""
+    _, _, queries = data
+    plain = attention_index.search(queries, k=20, ef=40)
+    same = attention_index.search(queries, k=20, ef=40, beam=40)
+    assert (plain.ids == same.ids).all()
+    narrow = attention_index.search(queries, k=20, ef=40, beam=8)
+    assert narrow.ids.shape == plain.ids.shape
+    assert narrow.distance_computations.sum() < plain.distance_computations.sum()
+    with pytest.raises(ValueError, match="beam"):
+        attention_index.search(queries, k=20, beam=0)
