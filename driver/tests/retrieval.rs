@@ -76,6 +76,14 @@ fn covering_selections_equal_full_attention() {
             assert_eq!(r, n0 + i + 1 - 16 - 64, "{kind:?}/{index:?} step {i}");
         }
     }
+    // Seeding each search with the previous step's keys keeps a covering selection exact.
+    let seeded = PolicyConfig {
+        step_seeds: 400,
+        ..config(PolicyKind::IndexTopk, RestKind::Attention, 400)
+    };
+    let (got, _) = decode(&m, &ids, n0, &seeded);
+    let d = max_diff(&full, &got);
+    assert!(d < 2e-3, "step seeds: logits differ by {d}");
     // A static set covering everything is full attention too.
     let cover = PolicyConfig {
         sink: 16,

@@ -69,6 +69,10 @@ pub struct PolicyArgs {
     /// top-k retrieval drops (0: plain top-k attention).
     #[arg(long, default_value_t = 0)]
     pub tail_samples: usize,
+    /// Graph searches also start from this many keys the query head retrieved at the previous
+    /// step (0: only the index's entry points).
+    #[arg(long, default_value_t = 0)]
+    pub step_seeds: usize,
     /// Skip the per-step scoring of every key (no mass and recall figures).
     #[arg(long)]
     pub no_measure: bool,
@@ -116,6 +120,7 @@ impl PolicyArgs {
                 StoreType::F32 => qkindex::Dtype::F32,
             },
             tail_samples: self.tail_samples,
+            step_seeds: self.step_seeds,
         }
     }
 }

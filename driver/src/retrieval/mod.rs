@@ -114,6 +114,9 @@ pub struct PolicyConfig {
     /// Left-out keys of the rest sampled each step to estimate their share of the softmax
     /// ([`tail`]; 0: none, plain top-k attention).
     pub tail_samples: usize,
+    /// Graph searches also start from this many of the keys the same query head retrieved at
+    /// the previous step (consecutive decode queries are alike; 0: none).
+    pub step_seeds: usize,
 }
 
 fn dtype_name<S: serde::Serializer>(d: &qkindex::Dtype, s: S) -> Result<S::Ok, S::Error> {
@@ -137,6 +140,7 @@ impl PolicyConfig {
             dense_layers: Vec::new(),
             store: qkindex::Dtype::F16,
             tail_samples: 0,
+            step_seeds: 0,
         }
     }
 
@@ -303,6 +307,10 @@ struct HeadState {
     tail: TailScratch,
     /// Keys sampled by the tail estimate this step.
     tail_keys: u64,
+    /// Per query head: the rest ids retrieved at the previous step (`step_seeds`).
+    prev: Vec<Vec<u32>>,
+    /// The policy's search parameters with this step's seeds.
+    seeded: SearchParams,
     dc: u64,
     measure: Measured,
     /// ReTopK selectors, one per query head of the group (retopk only).
@@ -462,6 +470,8 @@ impl Retrieval {
                     scores: Vec::new(),
                     tail: TailScratch::default(),
                     tail_keys: 0,
+                    prev: vec![Vec::new(); group],
+                    seeded: SearchParams::default(),
                     dc: 0,
                     measure: Measured::default(),
                 });
@@ -577,6 +587,7 @@ impl DecodeAttention for Retrieval {
             return Ok(());
         }
         let params = &self.params;
+        let step_seeds = self.cfg.step_seeds;
         let heads = &mut self.layers[layer];
 
         // Upkeep and selection.
@@ -644,6 +655,12 @@ impl DecodeAttention for Retrieval {
                                 st.unseeded[j] = Some(Vec::new());
                             }
                         }
+                    } else if step_seeds > 0 {
+                        st.seeded.clone_from(params);
+                        st.seeded.seeds.extend(st.prev[j].iter().take(step_seeds));
+                        rest.search(qh, kk, &st.seeded, &mut st.scratch, &mut st.found)?;
+                        st.dc += st.found.stats.distance_computations;
+                        st.prev[j].clone_from(&st.found.ids);
                     } else {
                         rest.search(qh, kk, params, &mut st.scratch, &mut st.found)?;
                         st.dc += st.found.stats.distance_computations;
