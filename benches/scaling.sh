@@ -31,7 +31,7 @@ for d in $DIMS; do
     fi
     run="$OUT/n$n-d$d"
     "$BIN" bench --dump "$dump" --kinds attention,ivf,hnsw,flat --queries q2k --k 100 \
-      --ef 100,110,120,128,144,160,192,224,256,320,400,512,640,800,1024,1280,1600,2048 \
+      --ef 64,72,80,90,100,110,120,128,144,160,192,224,256,320,400,512,640,800,1024,1280,1600,2048 \
       --nprobe 1,2,4,6,8,12,16,24,32,48,64,96,128,192,256,384,512 \
       --repeat 3 --latency-samples 768 --clock thread-cpu --cache "$CACHE" --out "$run" 2> "$run.log" || {
         echo "bench failed for n=$n d=$d (see $run.log)" >&2; exit 1; }
