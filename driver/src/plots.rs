@@ -459,6 +459,8 @@ fn draw_loglog_panel<DB: DrawingBackend>(
         .x_label_formatter(&|x| short_number(*x))
         .y_label_formatter(&|y| short_number(*y))
         .light_line_style(RGBColor(235, 235, 235))
+        // On a log axis plotters packs light lines below each decade into a grey band.
+        .y_max_light_lines(1)
         .draw()?;
     draw_lines(&mut chart, series, 4, SeriesLabelPosition::UpperLeft)
 }
