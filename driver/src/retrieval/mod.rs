@@ -656,7 +656,12 @@ impl DecodeAttention for Retrieval {
                             }
                         }
                     } else if step_seeds > 0 {
-                        st.seeded.clone_from(params);
+                        // Reuse the seed buffer: no allocation per search.
+                        st.seeded.ef = params.ef;
+                        st.seeded.nprobe = params.nprobe;
+                        st.seeded.beam = params.beam;
+                        st.seeded.seeds.clear();
+                        st.seeded.seeds.extend(params.seeds.iter());
                         st.seeded.seeds.extend(st.prev[j].iter().take(step_seeds));
                         rest.search(qh, kk, &st.seeded, &mut st.scratch, &mut st.found)?;
                         st.dc += st.found.stats.distance_computations;
