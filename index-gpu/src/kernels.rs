@@ -1,0 +1,107 @@
+//! The CUDA C kernels and their compilation by NVRTC.
+//!
+//! `kernels/topk.cu` is embedded with `include_str!` and compiled once per [`crate::CudaKnn`] for
+//! the device's compute capability. It needs no CUDA header, so NVRTC alone compiles it: CI
+//! compiles it to PTX on a machine without a GPU (`tests/kernels_compile.rs`).
+
+use crate::{GpuError, Result};
+
+/// Source of the top-k kernels (`kernels/topk.cu`).
+pub const TOPK_SOURCE: &str = include_str!("../../kernels/topk.cu");
+
+/// Entry points of [`TOPK_SOURCE`].
+pub const TOPK_FUNCTIONS: [&str; 3] = ["topk_init", "topk_select_tile", "fused_score_topk"];
+
+/// Query rows per block of the fused kernel (`FUSED_BM`); the host pads query rows to it.
+pub const FUSED_BM: usize = 64;
+/// Keys per step of the fused kernel (`FUSED_BN`); the host pads key rows to it.
+pub const FUSED_BN: usize = 64;
+/// Threads per block of the fused kernel (`FUSED_WARPS` warps).
+pub const FUSED_THREADS: u32 = 4 * 32;
+/// Candidates buffered per row in the fused kernel (`FUSED_CAP`).
+const FUSED_CAP: usize = 128;
+/// Rows (one warp each) per block of `topk_select_tile` (`SEL_WARPS`).
+pub const SELECT_ROWS_PER_BLOCK: u32 = 8;
+/// Largest k the kernels support (the running lists live in global memory; the merge reads them
+/// with binary searches, so k is bounded only to keep memory use predictable).
+pub const MAX_K: usize = 1024;
+
+/// Dynamic shared memory of `fused_score_topk` for padded dimension `dp`.
+pub fn fused_smem_bytes(dp: usize) -> usize {
+    let tiles = (FUSED_BM + FUSED_BN) * (dp + 8) * 2;
+    let candidates = FUSED_BM * FUSED_CAP * (4 + 4);
+    let positions = 4 * FUSED_CAP * 4;
+    let row_state = FUSED_BM * (4 + 4);
+    tiles + candidates + positions + row_state
+}
+
+/// Whether the NVRTC library can be loaded (from `LD_LIBRARY_PATH` or the system).
+pub fn nvrtc_present() -> bool {
+    // SAFETY: loads the library by name to probe it; no symbol is called.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// Compiles [`TOPK_SOURCE`] to PTX for `compute_{major}{minor}` (for example `(9, 0)`).
+pub fn compile_topk(capability: (i32, i32)) -> Result<cudarc::nvrtc::Ptx> {
+    if !nvrtc_present() {
+        return Err(GpuError::Unavailable(
+            "the NVRTC library (libnvrtc.so.13) is not on the library path".to_string(),
+        ));
+    }
+    let opts = cudarc::nvrtc::CompileOptions {
+        options: vec![
+            format!(
+                "--gpu-architecture=compute_{}{}",
+                capability.0, capability.1
+            ),
+            "-lineinfo".to_string(),
+        ],
+        name: Some("topk.cu".to_string()),
+        ..Default::default()
+    };
+    cudarc::nvrtc::compile_ptx_with_opts(TOPK_SOURCE, opts).map_err(|e| GpuError::Compile {
+        name: "kernels/topk.cu",
+        log: compile_log(&e),
+    })
+}
+
+fn compile_log(e: &cudarc::nvrtc::CompileError) -> String {
+    match e {
+        cudarc::nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fused_shared_memory_fits_an_sm90_block() {
+        // sm_90 allows 227 KB of dynamic shared memory per block; the fused path runs for dp ≤ 128.
+        assert!(fused_smem_bytes(128) <= 227 * 1024);
+        assert!(fused_smem_bytes(64) < fused_smem_bytes(128));
+    }
+
+    #[test]
+    fn source_defines_every_entry_point_and_matching_constants() {
+        for f in TOPK_FUNCTIONS {
+            assert!(
+                TOPK_SOURCE.contains(&format!("{f}(")),
+                "kernels/topk.cu lacks {f}"
+            );
+        }
+        for (name, value) in [
+            ("FUSED_BM", FUSED_BM),
+            ("FUSED_BN", FUSED_BN),
+            ("FUSED_CAP", FUSED_CAP),
+            ("SEL_WARPS", SELECT_ROWS_PER_BLOCK as usize),
+        ] {
+            let line = format!("#define {name} {value}");
+            assert!(
+                TOPK_SOURCE.contains(&line),
+                "kernels/topk.cu: expected `{line}`"
+            );
+        }
+    }
+}
