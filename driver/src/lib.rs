@@ -2,5 +2,6 @@
 //! binary's subcommands use, and retrieval attention for its decode steps. Integration tests reach it here.
 
 pub mod decode;
+pub mod knn;
 pub mod model;
 pub mod retrieval;

@@ -16,6 +16,10 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Where exact kNN for index builds runs: auto (a GPU if usable, else the CPU, with the
+    /// reason logged), cpu, cuda or cuda:N.
+    #[arg(long, global = true, default_value = "auto", value_parser = parse_device)]
+    device: qkindex_gpu::Device,
 }
 
 #[derive(Debug, Subcommand)]
@@ -51,8 +55,13 @@ enum Command {
     Verify(cmd::verify::VerifyArgs),
 }
 
+fn parse_device(s: &str) -> Result<qkindex_gpu::Device, String> {
+    s.parse().map_err(|e: qkindex_gpu::GpuError| e.to_string())
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    qkindex_driver::knn::set_device(cli.device);
     match cli.command {
         Command::Demo(args) => cmd::demo::run(args),
         Command::Eval(args) => cmd::eval::run(args),

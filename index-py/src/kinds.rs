@@ -269,7 +269,7 @@ impl VamanaIndex {
         }
         let train: Option<&[f32]> = train.as_ref().map(|t| &*t.data);
         let inner = interruptible(py, |cancel| {
-            qkindex::VamanaIndex::build_with(store, train, &params, &knn, cancel)
+            qkindex::VamanaIndex::build_with(store, train, &params, &*knn, cancel)
         })?;
         Ok(VamanaIndex {
             inner: Arc::new(inner),

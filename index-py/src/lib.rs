@@ -42,6 +42,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(index::load, m)?)?;
     m.add_class::<dump::Dump>()?;
     m.add_function(wrap_pyfunction!(functions::exact_topk, m)?)?;
+    m.add_function(wrap_pyfunction!(index::knn_device, m)?)?;
     m.add_function(wrap_pyfunction!(functions::recall, m)?)?;
     m.add_function(wrap_pyfunction!(functions::attention_mass, m)?)?;
     m.add_function(wrap_pyfunction!(functions::search_latency_ns, m)?)?;

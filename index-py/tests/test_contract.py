@@ -133,6 +133,15 @@ def test_device_cpu_and_auto(data):
     np.testing.assert_array_equal(a, b)
 
 
+def test_knn_device_names_the_backend_and_why():
+    assert qkindex.knn_device("cpu") == "cpu"
+    auto = qkindex.knn_device()
+    # Without a usable GPU, auto says so and why; with one, it names the device.
+    assert auto.startswith("cpu (auto: no usable GPU: ") or auto.startswith("cuda:0"), auto
+    with pytest.raises(ValueError, match="device"):
+        qkindex.knn_device("tpu")
+
+
 def test_causal_build(data):
     keys, train, queries = data
     idx = qkindex.AttentionIndex.build(keys[:400], train, kq=20, causal=True)

@@ -19,7 +19,7 @@ use half::f16;
 use qkindex::dump::{Dump, Part};
 use qkindex::io::bundle::BundleWriter;
 use qkindex::io::{AnyIndex, Persist};
-use qkindex::{AttentionIndex, AttentionParams, CpuKnn, FlatIndex, KeyStore};
+use qkindex::{AttentionIndex, AttentionParams, FlatIndex, KeyStore};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -160,7 +160,7 @@ pub fn run(args: BuildArgs) -> Result<()> {
                             keys.clone(),
                             &train,
                             &params,
-                            &CpuKnn,
+                            qkindex_driver::knn::backend()?,
                         )?),
                         baseline => {
                             let input = HeadInput {

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use half::f16;
 
 use qkindex::{
-    AnnIndex, AttentionIndex, AttentionParams, CpuKnn, Dtype, FlatIndex, HnswIndex, HnswParams,
-    IvfIndex, IvfParams, KeyStore, Scratch, SearchOutput, SearchParams, VamanaIndex, VamanaParams,
+    AnnIndex, AttentionIndex, AttentionParams, Dtype, FlatIndex, HnswIndex, HnswParams, IvfIndex,
+    IvfParams, KeyStore, Scratch, SearchOutput, SearchParams, VamanaIndex, VamanaParams,
 };
 
 /// Index kinds that a retrieval policy can search.
@@ -76,7 +76,7 @@ impl RestIndex {
                 store,
                 train_queries,
                 &AttentionParams::default(),
-                &CpuKnn,
+                crate::knn::backend()?,
             )?)),
             RestKind::Flat => Ok(RestIndex::Flat(FlatIndex::new(store))),
             RestKind::Hnsw => frozen(Box::new(HnswIndex::build(store, &HnswParams::default())?)),
@@ -89,7 +89,10 @@ impl RestIndex {
                 };
                 let train = robust.then_some(train_queries);
                 frozen(Box::new(VamanaIndex::build(
-                    store, train, &params, &CpuKnn,
+                    store,
+                    train,
+                    &params,
+                    crate::knn::backend()?,
                 )?))
             }
         }

@@ -12,7 +12,7 @@ use qkindex::attention::{EntryRule, Projection, Prune};
 use qkindex::io::AnyIndex;
 use qkindex::ivf::Assignment;
 use qkindex::{
-    AttentionIndex, AttentionParams, CpuKnn, FlatIndex, HnswIndex, HnswParams, IvfIndex, IvfParams,
+    AttentionIndex, AttentionParams, FlatIndex, HnswIndex, HnswParams, IvfIndex, IvfParams,
     KeyStore, SearchParams, VamanaIndex, VamanaParams,
 };
 use std::sync::Arc;
@@ -198,7 +198,12 @@ pub fn build(kind: &str, input: &HeadInput<'_>, args: &BenchArgs) -> Result<Buil
                 "building {kind} for layer {layer} head {h} ({} keys)",
                 input.keys.len()
             ));
-            let idx = AttentionIndex::build(input.keys.clone(), train_q, &params, &CpuKnn);
+            let idx = AttentionIndex::build(
+                input.keys.clone(),
+                train_q,
+                &params,
+                qkindex_driver::knn::backend()?,
+            );
             spinner.finish_and_clear();
             let idx = idx?;
             let s = idx.build_stats();
@@ -290,7 +295,12 @@ pub fn build_baseline(
                 input.keys.len()
             ));
             let train = robust.then_some(input.train);
-            let idx = VamanaIndex::build(input.keys.clone(), train, &params, &CpuKnn);
+            let idx = VamanaIndex::build(
+                input.keys.clone(),
+                train,
+                &params,
+                qkindex_driver::knn::backend()?,
+            );
             spinner.finish_and_clear();
             let idx = idx?;
             let s = idx.build_stats();

@@ -1,0 +1,34 @@
+//! The process's exact-kNN backend for index builds, chosen once by `--device auto|cpu|cuda[:N]`.
+//!
+//! The GPU is probed on first use, so commands that build nothing never touch it. `auto` takes the
+//! first GPU when one is usable and otherwise the CPU; either way the choice (and, for a fallback,
+//! the reason) is logged once to stderr.
+
+use qkindex::KnnBackend;
+use qkindex_gpu::{Device, GpuError, Selected};
+use std::sync::{Mutex, OnceLock};
+
+static REQUESTED: Mutex<Device> = Mutex::new(Device::Auto);
+static SELECTED: OnceLock<Selected> = OnceLock::new();
+
+/// Sets the device for later builds. Effective until the backend is first used.
+pub fn set_device(device: Device) {
+    if let Ok(mut d) = REQUESTED.lock() {
+        *d = device;
+    }
+}
+
+/// The backend for exact top-k in index builds. An explicit `cuda` request that cannot be met is
+/// an error; `auto` never fails.
+pub fn backend() -> Result<&'static dyn KnnBackend, GpuError> {
+    if let Some(s) = SELECTED.get() {
+        return Ok(s);
+    }
+    let device = REQUESTED.lock().map(|d| *d).unwrap_or(Device::Auto);
+    let selected = qkindex_gpu::select(device)?;
+    let s = SELECTED.get_or_init(|| {
+        eprintln!("exact kNN for index builds: {}", selected.describe());
+        selected
+    });
+    Ok(s)
+}
