@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Prepares gpu-bundle/ for scripts/gpu-check.sh on a GPU machine without a Rust toolchain:
-# stripped release binaries (the GPU check and index-gpu's test programs), the test cases with
+# Prepares gpu-bundle/ for scripts/gpu-check.sh and scripts/gpu-driver-check.sh on a GPU machine
+# without a Rust toolchain: stripped release binaries (the GPU kNN check, the qkindex CLI, and
+# index-gpu's test programs), the test cases with
 # their CPU top-k (computed here), and nothing else. Run on the CPU machine, then carry
 # gpu-bundle/ (ignored by git, ~40 MB) to the GPU machine with the working tree.
 #   bash scripts/gpu-bundle.sh [DUMP]     # DUMP: a Q/K dump for the real-data cases
@@ -14,7 +15,8 @@ rm -rf "$out"
 mkdir -p "$out/bin"
 
 cargo build --release -p qkindex-gpu --bin qkindex-gpu-check
-cp "$CARGO_TARGET_DIR/release/qkindex-gpu-check" "$out/bin/"
+cargo build --release -p qkindex-driver --bin qkindex
+cp "$CARGO_TARGET_DIR/release/qkindex-gpu-check" "$CARGO_TARGET_DIR/release/qkindex" "$out/bin/"
 # index-gpu's test programs, built in release (the names carry a hash: take them from cargo).
 cargo test --release -p qkindex-gpu --no-run --message-format=json 2>/dev/null |
     python3 -c '

@@ -35,7 +35,7 @@ pub fn prefill(
     } else {
         llama.forward(tokens, &mut cache, None, &mut tm)?
     };
-    let last_logits = llama.last_logits(&hidden, &mut tm);
+    let last_logits = llama.last_logits(&hidden, &mut tm)?;
     Ok(Prefill {
         cache,
         q,
@@ -122,7 +122,7 @@ impl<'m> Decoder<'m> {
             policy,
             &mut self.timings,
         )?;
-        let logits = self.llama.last_logits(&hidden, &mut self.timings);
+        let logits = self.llama.last_logits(&hidden, &mut self.timings)?;
         self.wall += t0.elapsed();
         self.steps += 1;
         Ok(logits)

@@ -1,6 +1,7 @@
-//! The process's exact-kNN backend for index builds, chosen once by `--device auto|cpu|cuda[:N]`.
+//! The process's devices, chosen once by `--device auto|cpu|cuda[:N]`: the exact-kNN backend for
+//! index builds, and the backend of the model's forward passes.
 //!
-//! The GPU is probed on first use, so commands that build nothing never touch it. `auto` takes the
+//! The GPU is probed on first use, so commands that need neither never touch it. `auto` takes the
 //! first GPU when one is usable and otherwise the CPU; either way the choice (and, for a fallback,
 //! the reason) is logged once to stderr.
 
@@ -31,4 +32,31 @@ pub fn backend() -> Result<&'static dyn KnnBackend, GpuError> {
         selected
     });
     Ok(s)
+}
+
+/// The backend for model forward passes under the requested device: `None` is the CPU. An
+/// explicit `cuda` request that cannot be met is an error; `auto` falls back to the CPU.
+pub fn model_backend() -> Result<Option<Box<dyn crate::model::Backend>>, crate::model::ModelError> {
+    static LOGGED: std::sync::Once = std::sync::Once::new();
+    let device = REQUESTED.lock().map(|d| *d).unwrap_or(Device::Auto);
+    let log = |what: String| LOGGED.call_once(|| eprintln!("model forward passes: {what}"));
+    let ordinal = match device {
+        Device::Cpu => {
+            log("cpu".to_string());
+            return Ok(None);
+        }
+        Device::Auto => None,
+        Device::Cuda(i) => Some(i),
+    };
+    match crate::model::cuda::CudaBackend::new(ordinal.unwrap_or(0)) {
+        Ok(b) => {
+            log(crate::model::Backend::name(&b));
+            Ok(Some(Box::new(b)))
+        }
+        Err(e) if ordinal.is_none() => {
+            log(format!("cpu (auto: {e})"));
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
 }

@@ -16,8 +16,8 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// Where exact kNN for index builds runs: auto (a GPU if usable, else the CPU, with the
-    /// reason logged), cpu, cuda or cuda:N.
+    /// Where the model's forward passes and the exact kNN of index builds run: auto (a GPU if
+    /// usable, else the CPU, with the reason logged), cpu, cuda or cuda:N.
     #[arg(long, global = true, default_value = "auto", value_parser = parse_device)]
     device: qkindex_gpu::Device,
 }
@@ -41,7 +41,9 @@ enum Command {
     Report(cmd::report::ReportArgs),
     /// Cost at a recall target against the number of keys, from bench runs of growing size.
     Scaling(cmd::scaling::ScalingArgs),
-    /// Greedy text generation with the model (CPU), streaming tokens.
+    /// The CUDA backend of the model against the CPU backend, and its speed (needs a GPU).
+    GpuCheck(cmd::gpu_check::GpuCheckArgs),
+    /// Greedy text generation with the model, streaming tokens.
     Generate(cmd::generate::GenerateArgs),
     /// Teacher-forced perplexity of a text file.
     Ppl(cmd::ppl::PplArgs),
@@ -71,6 +73,7 @@ fn main() -> anyhow::Result<()> {
         Command::Report(args) => cmd::report::run(args),
         Command::Scaling(args) => cmd::scaling::run(args),
         Command::Generate(args) => cmd::generate::run(args),
+        Command::GpuCheck(args) => cmd::gpu_check::run(args),
         Command::Ppl(args) => cmd::ppl::run(args),
         Command::Dump(args) => cmd::dump::run(args),
         Command::Build(args) => cmd::build::run(args),

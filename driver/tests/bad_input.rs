@@ -174,7 +174,7 @@ fn tiny_model_loads_and_prefill_equals_decode() {
             assert!((a - b).abs() < 1e-4, "position {i}: {a} vs {b}");
         }
     }
-    let logits = m.llama.last_logits(&full, &mut tm);
+    let logits = m.llama.last_logits(&full, &mut tm).expect("logits");
     assert_eq!(logits.len(), m.llama.cfg.vocab_size);
     assert!(logits.iter().all(|x| x.is_finite()));
 }

@@ -104,13 +104,19 @@ fn run(m: &Model, prompt: &[u32], n_step: usize, n_decode: usize) -> (Captured, 
             .expect("teacher-forced step");
     }
     let skip = |id: u32| m.tokenizer.is_control(id);
-    let mut gen = vec![argmax(&m.llama.last_logits(&hidden, &mut tm), skip)];
+    let mut gen = vec![argmax(
+        &m.llama.last_logits(&hidden, &mut tm).expect("logits"),
+        skip,
+    )];
     for t in 0..n_decode {
         let h = m
             .llama
             .forward(&[gen[t]], &mut cache, None, &mut tm)
             .expect("decode");
-        gen.push(argmax(&m.llama.last_logits(&h, &mut tm), skip));
+        gen.push(argmax(
+            &m.llama.last_logits(&h, &mut tm).expect("logits"),
+            skip,
+        ));
     }
     (got, gen)
 }

@@ -81,6 +81,35 @@ pub struct Timings {
     pub chunks: usize,
 }
 
+/// Opens CUDA device `ordinal` for this crate's kernels (compute capability 8.0 or newer). Fails
+/// with [`GpuError::Unavailable`] and the reason where there is no usable GPU.
+pub fn open_device(ordinal: usize) -> Result<(Arc<CudaContext>, (i32, i32))> {
+    // SAFETY: probes whether the driver library loads; no symbol is called.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(GpuError::Unavailable(
+            "the CUDA driver library (libcuda.so) is not installed".to_string(),
+        ));
+    }
+    let count = CudaContext::device_count()
+        .map_err(|e| GpuError::Unavailable(format!("the CUDA driver reports {e:?}")))?;
+    if ordinal >= count.max(0) as usize {
+        return Err(GpuError::Unavailable(format!(
+            "device cuda:{ordinal} requested, {count} CUDA device(s) present"
+        )));
+    }
+    let ctx = CudaContext::new(ordinal).map_err(|e| GpuError::cuda("opening the device", e))?;
+    let capability = ctx
+        .compute_capability()
+        .map_err(|e| GpuError::cuda("reading the compute capability", e))?;
+    if capability.0 < 8 {
+        return Err(GpuError::Unavailable(format!(
+            "compute capability {}.{}: the kernels need 8.0 or newer (mma.sync m16n8k16)",
+            capability.0, capability.1
+        )));
+    }
+    Ok((ctx, capability))
+}
+
 /// Exact top-k by inner product on one CUDA device. Implements [`KnnBackend`].
 pub struct CudaKnn {
     name: String,
@@ -115,29 +144,7 @@ impl CudaKnn {
     /// Opens device `ordinal`, compiles the kernels with NVRTC and loads them. Fails with
     /// [`GpuError::Unavailable`] (and the reason) where there is no usable GPU.
     pub fn new(ordinal: usize) -> Result<Self> {
-        // SAFETY: probes whether the driver library loads; no symbol is called.
-        if !unsafe { cudarc::driver::sys::is_culib_present() } {
-            return Err(GpuError::Unavailable(
-                "the CUDA driver library (libcuda.so) is not installed".to_string(),
-            ));
-        }
-        let count = CudaContext::device_count()
-            .map_err(|e| GpuError::Unavailable(format!("the CUDA driver reports {e:?}")))?;
-        if ordinal >= count.max(0) as usize {
-            return Err(GpuError::Unavailable(format!(
-                "device cuda:{ordinal} requested, {count} CUDA device(s) present"
-            )));
-        }
-        let ctx = CudaContext::new(ordinal).map_err(|e| GpuError::cuda("opening the device", e))?;
-        let capability = ctx
-            .compute_capability()
-            .map_err(|e| GpuError::cuda("reading the compute capability", e))?;
-        if capability.0 < 8 {
-            return Err(GpuError::Unavailable(format!(
-                "compute capability {}.{}: the kernels need 8.0 or newer (mma.sync m16n8k16)",
-                capability.0, capability.1
-            )));
-        }
+        let (ctx, capability) = open_device(ordinal)?;
         let device_name = ctx.name().unwrap_or_else(|_| "unknown".to_string());
         let ptx = kernels::compile_topk(capability)?;
         let module = ctx

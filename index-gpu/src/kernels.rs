@@ -9,6 +9,24 @@ use crate::{GpuError, Result};
 /// Source of the top-k kernels (`kernels/topk.cu`).
 pub const TOPK_SOURCE: &str = include_str!("../../kernels/topk.cu");
 
+/// Source of the transformer kernels of the driver's CUDA backend (`kernels/llama.cu`).
+pub const LLAMA_SOURCE: &str = include_str!("../../kernels/llama.cu");
+
+/// Entry points of [`LLAMA_SOURCE`].
+pub const LLAMA_FUNCTIONS: [&str; 11] = [
+    "embed_gather",
+    "rms_norm",
+    "rope",
+    "swiglu",
+    "add_inplace",
+    "kv_write",
+    "attention_causal",
+    "attention_partial_range",
+    "attention_partial_ids",
+    "partial_merge",
+    "partial_merge2",
+];
+
 /// Entry points of [`TOPK_SOURCE`].
 pub const TOPK_FUNCTIONS: [&str; 3] = ["topk_init", "topk_select_tile", "fused_score_topk"];
 
@@ -43,6 +61,20 @@ pub fn nvrtc_present() -> bool {
 
 /// Compiles [`TOPK_SOURCE`] to PTX for `compute_{major}{minor}` (for example `(9, 0)`).
 pub fn compile_topk(capability: (i32, i32)) -> Result<cudarc::nvrtc::Ptx> {
+    compile(TOPK_SOURCE, "kernels/topk.cu", capability)
+}
+
+/// Compiles [`LLAMA_SOURCE`] to PTX for `compute_{major}{minor}`.
+pub fn compile_llama(capability: (i32, i32)) -> Result<cudarc::nvrtc::Ptx> {
+    compile(LLAMA_SOURCE, "kernels/llama.cu", capability)
+}
+
+/// Compiles a kernel source (no headers) to PTX for `compute_{major}{minor}`.
+pub fn compile(
+    source: &str,
+    name: &'static str,
+    capability: (i32, i32),
+) -> Result<cudarc::nvrtc::Ptx> {
     if !nvrtc_present() {
         return Err(GpuError::Unavailable(
             "the NVRTC library (libnvrtc.so.13) is not on the library path".to_string(),
@@ -56,11 +88,11 @@ pub fn compile_topk(capability: (i32, i32)) -> Result<cudarc::nvrtc::Ptx> {
             ),
             "-lineinfo".to_string(),
         ],
-        name: Some("topk.cu".to_string()),
+        name: Some(name.to_string()),
         ..Default::default()
     };
-    cudarc::nvrtc::compile_ptx_with_opts(TOPK_SOURCE, opts).map_err(|e| GpuError::Compile {
-        name: "kernels/topk.cu",
+    cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| GpuError::Compile {
+        name,
         log: compile_log(&e),
     })
 }

@@ -25,7 +25,9 @@ pub mod device;
 pub mod kernels;
 
 pub use compare::{compare, Comparison};
-pub use cuda::{CudaKnn, CudaKnnOptions, KernelPath, Timings};
+pub use cuda::{open_device, CudaKnn, CudaKnnOptions, KernelPath, Timings};
+/// The cudarc version this crate uses, for the driver's CUDA backend.
+pub use cudarc;
 pub use device::{select, Device, Selected};
 
 /// Errors of the GPU backend.

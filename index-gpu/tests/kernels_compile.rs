@@ -1,8 +1,10 @@
-//! `kernels/topk.cu` compiles with NVRTC to PTX for the GPUs the crate targets. Needs only the
+//! `kernels/topk.cu` and `kernels/llama.cu` compile with NVRTC to PTX for the GPUs the crate targets. Needs only the
 //! NVRTC library (the PyPI package `nvidia-cuda-nvrtc` ships it), not a GPU: CI installs it and
 //! sets `QKINDEX_REQUIRE_NVRTC=1`, so there a missing library fails instead of skipping.
 
-use qkindex_gpu::kernels::{compile_topk, nvrtc_present, TOPK_FUNCTIONS};
+use qkindex_gpu::kernels::{
+    compile_llama, compile_topk, nvrtc_present, LLAMA_FUNCTIONS, TOPK_FUNCTIONS,
+};
 
 #[test]
 fn topk_kernels_compile_to_ptx() {
@@ -28,6 +30,21 @@ fn topk_kernels_compile_to_ptx() {
         assert!(ptx.contains("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
         println!(
             "compute_{}{}: {} bytes of PTX",
+            capability.0,
+            capability.1,
+            ptx.len()
+        );
+        let ptx = compile_llama(capability)
+            .unwrap_or_else(|e| panic!("llama.cu, compute_{}{}: {e}", capability.0, capability.1))
+            .to_src();
+        for f in LLAMA_FUNCTIONS {
+            assert!(
+                ptx.contains(&format!(".entry {f}(")),
+                "llama.cu PTX lacks entry {f}"
+            );
+        }
+        println!(
+            "llama.cu, compute_{}{}: {} bytes of PTX",
             capability.0,
             capability.1,
             ptx.len()

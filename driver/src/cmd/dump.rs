@@ -206,7 +206,7 @@ pub fn run(args: DumpArgs) -> anyhow::Result<()> {
     let hidden = m
         .llama
         .forward(&prompt, &mut cache, Some(&mut capture), &mut tm_prefill)?;
-    let logits = m.llama.last_logits(&hidden, &mut tm_prefill);
+    let logits = m.llama.last_logits(&hidden, &mut tm_prefill)?;
     let prefill_s = t0.elapsed().as_secs_f64();
     let mut generated = vec![argmax(&logits, skip)];
     bar.set_message("decode");
@@ -219,7 +219,7 @@ pub fn run(args: DumpArgs) -> anyhow::Result<()> {
             Some(&mut capture),
             &mut tm_decode,
         )?;
-        let logits = m.llama.last_logits(&hidden, &mut tm_decode);
+        let logits = m.llama.last_logits(&hidden, &mut tm_decode)?;
         generated.push(argmax(&logits, skip));
         bar.inc(1);
     }

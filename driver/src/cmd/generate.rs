@@ -58,7 +58,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let mut tm = Timings::default();
     let t0 = Instant::now();
     let hidden = m.llama.forward(&ids, &mut cache, None, &mut tm)?;
-    let mut logits = m.llama.last_logits(&hidden, &mut tm);
+    let mut logits = m.llama.last_logits(&hidden, &mut tm)?;
     let prefill_s = t0.elapsed().as_secs_f64();
     let mut stream = m.tokenizer.stream();
     let mut out = std::io::stdout().lock();
@@ -78,7 +78,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             break;
         }
         let hidden = m.llama.forward(&[next], &mut cache, None, &mut tm)?;
-        logits = m.llama.last_logits(&hidden, &mut tm);
+        logits = m.llama.last_logits(&hidden, &mut tm)?;
     }
     writeln!(out)?;
     let decode_s = t1.elapsed().as_secs_f64();

@@ -7,6 +7,7 @@ pub mod demo;
 pub mod dump;
 pub mod eval;
 pub mod generate;
+pub mod gpu_check;
 pub mod inspect;
 pub mod model_args;
 pub mod passkey;

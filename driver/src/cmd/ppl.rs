@@ -54,7 +54,7 @@ pub fn run(args: PplArgs) -> anyhow::Result<()> {
         let n_pred = window.len() - 1;
         for r0 in (0..n_pred).step_by(ROWS) {
             let r1 = (r0 + ROWS).min(n_pred);
-            let logits = m.llama.logits(&hidden[r0 * dim..r1 * dim], &mut tm);
+            let logits = m.llama.logits(&hidden[r0 * dim..r1 * dim], &mut tm)?;
             for (r, row) in (r0..r1).zip(logits.chunks_exact(vocab)) {
                 let target = window[r + 1] as usize;
                 let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);

@@ -61,6 +61,9 @@ pub enum ModelError {
     /// A decode attention policy failed (its index rejected an input, ...).
     #[error("attention policy: {0}")]
     Policy(#[from] qkindex::Error),
+    /// The GPU backend is unavailable or a GPU call failed (the message says which and why).
+    #[error("GPU backend: {0}")]
+    Device(String),
 }
 
 /// Shorthand for results of the model code.

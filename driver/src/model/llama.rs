@@ -62,19 +62,110 @@ pub trait DecodeAttention {
         capacity: usize,
         out: &mut [f32],
     ) -> Result<()>;
+
+    /// The positions of this layer's decode attention that another device may attend while the
+    /// policy searches: `0..sink` and `rest_end..=pos`, as `(sink, rest_end)`. `None` (the
+    /// default): the policy attends everything itself in [`DecodeAttention::attend`].
+    fn static_set(&self, _layer: usize, _pos: usize) -> Option<(usize, usize)> {
+        None
+    }
+
+    /// [`DecodeAttention::attend`] where the part over [`DecodeAttention::static_set`] comes from
+    /// `static_part` (computed elsewhere, e.g. on a GPU). The policy calls it once, after its own
+    /// search, so that both run at the same time.
+    #[allow(clippy::too_many_arguments)]
+    fn attend_split(
+        &mut self,
+        layer: usize,
+        pos: usize,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        capacity: usize,
+        _static_part: &mut StaticPartFn<'_>,
+        out: &mut [f32],
+    ) -> Result<()> {
+        self.attend(layer, pos, q, k, v, capacity, out)
+    }
 }
+
+/// Online-softmax parts of every query head over a layer's static positions (DESIGN.md §2):
+/// `max[h]`, `sum[h]` and the unnormalized `o[h · head_dim ..]`.
+#[derive(Debug, Clone, Default)]
+pub struct StaticParts {
+    pub max: Vec<f32>,
+    pub sum: Vec<f32>,
+    pub o: Vec<f32>,
+}
+
+/// Supplies the static parts of a decode step (blocking until they are ready).
+pub type StaticPartFn<'a> = dyn FnMut() -> Result<StaticParts> + 'a;
 
 /// The KV cache of a sequence: per layer, `n_kv_heads` blocks of row-major `capacity × head_dim`
 /// keys (post-RoPE) and values.
-#[derive(Debug, Clone)]
+///
+/// This host copy is the canonical cache on every backend (policies and captures read it); a GPU
+/// backend mirrors it on the device and tells caches apart by [`KvCache::id`], which every new
+/// cache and every clone gets afresh.
+#[derive(Debug)]
 pub struct KvCache {
+    id: u64,
     capacity: usize,
     len: usize,
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
 }
 
+fn next_cache_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl Clone for KvCache {
+    fn clone(&self) -> Self {
+        KvCache {
+            id: next_cache_id(),
+            capacity: self.capacity,
+            len: self.len,
+            k: self.k.clone(),
+            v: self.v.clone(),
+        }
+    }
+}
+
 impl KvCache {
+    /// A cache of `n_layers` layers, `n_kv_heads` heads, room for `capacity` positions, empty.
+    pub(crate) fn zeroed(n_layers: usize, n_kv_heads: usize, capacity: usize, hd: usize) -> Self {
+        let per_layer = n_kv_heads * capacity * hd;
+        KvCache {
+            id: next_cache_id(),
+            capacity,
+            len: 0,
+            k: (0..n_layers).map(|_| vec![0f32; per_layer]).collect(),
+            v: (0..n_layers).map(|_| vec![0f32; per_layer]).collect(),
+        }
+    }
+
+    /// Identity of this cache's contents (new for every cache and every clone).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Keys and values of `layer`, all heads (`n_kv_heads` blocks of `capacity × head_dim`).
+    pub fn layer(&self, layer: usize) -> (&[f32], &[f32]) {
+        (&self.k[layer], &self.v[layer])
+    }
+
+    /// Mutable keys and values of `layer`.
+    pub(crate) fn layer_mut(&mut self, layer: usize) -> (&mut [f32], &mut [f32]) {
+        (&mut self.k[layer], &mut self.v[layer])
+    }
+
+    /// Sets the number of filled positions (after a backend wrote them).
+    pub(crate) fn set_len(&mut self, len: usize) {
+        self.len = len;
+    }
+
     /// Number of positions filled.
     pub fn len(&self) -> usize {
         self.len
@@ -120,6 +211,7 @@ impl KvCache {
                 .collect()
         };
         KvCache {
+            id: next_cache_id(),
             capacity,
             len: self.len,
             k: regrow(&self.k),
@@ -128,18 +220,82 @@ impl KvCache {
     }
 }
 
-/// A loaded model: configuration, f32 weights and RoPE tables.
+/// A loaded model: configuration, f32 weights and RoPE tables, and the backend that runs its
+/// forward passes ([`Backend`]; the CPU code below when none is attached).
 #[derive(Debug)]
 pub struct Llama {
     pub cfg: Config,
     w: Weights,
     rope: Rope,
+    backend: Option<Box<dyn Backend>>,
+}
+
+/// A device that runs [`Llama`]'s forward passes instead of the CPU code (the CUDA backend). It
+/// gets the model (configuration, host weights, RoPE tables) with every call and keeps whatever
+/// it uploaded; the host [`KvCache`] stays canonical.
+pub trait Backend: Send + Sync + std::fmt::Debug {
+    /// A short name for logs: "cuda:0 (NVIDIA H200)".
+    fn name(&self) -> String;
+
+    /// [`Llama::forward_with`] on this device.
+    #[allow(clippy::too_many_arguments)]
+    fn forward(
+        &self,
+        model: &Llama,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        capture: Option<&mut CaptureFn<'_>>,
+        policy: Option<&mut dyn DecodeAttention>,
+        timings: &mut Timings,
+    ) -> Result<Vec<f32>>;
+
+    /// [`Llama::logits`] on this device.
+    fn logits(&self, model: &Llama, hidden: &[f32], timings: &mut Timings) -> Result<Vec<f32>>;
+
+    /// Counters of the backend (time split, uploads), as JSON.
+    fn stats(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
 }
 
 impl Llama {
     pub fn new(cfg: Config, w: Weights) -> Self {
         let rope = Rope::new(cfg.head_dim, cfg.rope_theta, cfg.context_length);
-        Self { cfg, w, rope }
+        Self {
+            cfg,
+            w,
+            rope,
+            backend: None,
+        }
+    }
+
+    /// Runs forward passes on `backend` from now on (`None`: the CPU).
+    pub fn set_backend(&mut self, backend: Option<Box<dyn Backend>>) {
+        self.backend = backend;
+    }
+
+    /// The backend's name, "cpu" without one.
+    pub fn backend_name(&self) -> String {
+        self.backend
+            .as_ref()
+            .map_or_else(|| "cpu".to_string(), |b| b.name())
+    }
+
+    /// The backend's counters (`null` on the CPU).
+    pub fn backend_stats(&self) -> serde_json::Value {
+        self.backend
+            .as_ref()
+            .map_or(serde_json::Value::Null, |b| b.stats())
+    }
+
+    /// The host weights (what a device backend uploads).
+    pub fn weights(&self) -> &Weights {
+        &self.w
+    }
+
+    /// RoPE tables: `cos`, `sin`, each `max_pos × head_dim/2`.
+    pub fn rope_tables(&self) -> (&[f32], &[f32]) {
+        self.rope.tables()
     }
 
     /// An empty cache for up to `capacity` positions (at most the context length).
@@ -150,17 +306,12 @@ impl Llama {
                 max: self.cfg.context_length,
             });
         }
-        let per_layer = self.cfg.n_kv_heads * capacity * self.cfg.head_dim;
-        Ok(KvCache {
+        Ok(KvCache::zeroed(
+            self.cfg.n_layers,
+            self.cfg.n_kv_heads,
             capacity,
-            len: 0,
-            k: (0..self.cfg.n_layers)
-                .map(|_| vec![0f32; per_layer])
-                .collect(),
-            v: (0..self.cfg.n_layers)
-                .map(|_| vec![0f32; per_layer])
-                .collect(),
-        })
+            self.cfg.head_dim,
+        ))
     }
 
     /// Runs `tokens` at positions `cache.len()..` (a prefill when many, a decode step when one),
@@ -182,25 +333,47 @@ impl Llama {
         &self,
         tokens: &[u32],
         cache: &mut KvCache,
+        capture: Option<&mut CaptureFn<'_>>,
+        policy: Option<&mut dyn DecodeAttention>,
+        timings: &mut Timings,
+    ) -> Result<Vec<f32>> {
+        self.check_call(tokens, cache)?;
+        match &self.backend {
+            Some(b) => b.forward(self, tokens, cache, capture, policy, timings),
+            None => self.forward_cpu(tokens, cache, capture, policy, timings),
+        }
+    }
+
+    /// Rejects calls that overflow the cache or hold token ids beyond the vocabulary.
+    fn check_call(&self, tokens: &[u32], cache: &KvCache) -> Result<()> {
+        if cache.len + tokens.len() > cache.capacity {
+            return Err(ModelError::ContextOverflow {
+                got: cache.len + tokens.len(),
+                max: cache.capacity,
+            });
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            return Err(ModelError::TokenId {
+                id: bad.into(),
+                vocab: self.cfg.vocab_size,
+            });
+        }
+        Ok(())
+    }
+
+    /// The CPU forward pass (the reference every backend is checked against).
+    pub fn forward_cpu(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
         mut capture: Option<&mut CaptureFn<'_>>,
         mut policy: Option<&mut dyn DecodeAttention>,
         timings: &mut Timings,
     ) -> Result<Vec<f32>> {
+        self.check_call(tokens, cache)?;
         let c = &self.cfg;
         let n = tokens.len();
         let pos0 = cache.len;
-        if pos0 + n > cache.capacity {
-            return Err(ModelError::ContextOverflow {
-                got: pos0 + n,
-                max: cache.capacity,
-            });
-        }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
-            return Err(ModelError::TokenId {
-                id: bad.into(),
-                vocab: c.vocab_size,
-            });
-        }
         let (dim, hd) = (c.dim, c.head_dim);
         let q_dim = c.n_heads * hd;
         let kv_dim = c.n_kv_heads * hd;
@@ -292,7 +465,15 @@ impl Llama {
 
     /// Logits of normed hidden rows (row-major `rows × dim`), row-major `rows × vocab_size`; the
     /// output head is the token embedding (tied weights).
-    pub fn logits(&self, hidden: &[f32], timings: &mut Timings) -> Vec<f32> {
+    pub fn logits(&self, hidden: &[f32], timings: &mut Timings) -> Result<Vec<f32>> {
+        match &self.backend {
+            Some(b) => b.logits(self, hidden, timings),
+            None => Ok(self.logits_cpu(hidden, timings)),
+        }
+    }
+
+    /// [`Llama::logits`] on the CPU.
+    pub fn logits_cpu(&self, hidden: &[f32], timings: &mut Timings) -> Vec<f32> {
         let t0 = Instant::now();
         let rows = hidden.len() / self.cfg.dim;
         let mut out = vec![0f32; rows * self.cfg.vocab_size];
@@ -309,7 +490,7 @@ impl Llama {
     }
 
     /// Logits of the last row of `hidden` only.
-    pub fn last_logits(&self, hidden: &[f32], timings: &mut Timings) -> Vec<f32> {
+    pub fn last_logits(&self, hidden: &[f32], timings: &mut Timings) -> Result<Vec<f32>> {
         let dim = self.cfg.dim;
         let start = hidden.len().saturating_sub(dim);
         self.logits(&hidden[start..], timings)

@@ -9,8 +9,10 @@
 //! | `tokenizer.rs` | byte-level BPE from the GGUF vocabulary; the chat template |
 //! | `ops.rs` | RMSNorm, RoPE, linear layers, SwiGLU, causal GQA attention |
 //! | `simd.rs` | vectorizable f32 loops, AVX2+FMA or portable, chosen at run time |
-//! | `llama.rs` | the forward pass with a KV cache and per-layer q/k/v capture |
+//! | `llama.rs` | the forward pass with a KV cache and per-layer q/k/v capture; the [`Backend`] trait |
+//! | `cuda.rs` | the CUDA backend: the same forward pass on a GPU, with the split decode step |
 
+pub mod cuda;
 pub mod error;
 pub mod gguf;
 pub mod llama;
@@ -24,7 +26,10 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 pub use error::{ModelError, Result};
-pub use llama::{argmax, CaptureFn, DecodeAttention, KvCache, LayerCapture, Llama, Timings};
+pub use llama::{
+    argmax, Backend, CaptureFn, DecodeAttention, KvCache, LayerCapture, Llama, StaticPartFn,
+    StaticParts, Timings,
+};
 pub use tokenizer::{chat_prompt, ModelTokenizer, DEFAULT_SYSTEM};
 pub use weights::Config;
 
@@ -113,8 +118,10 @@ impl Model {
             .meta_str("general.name")
             .map(str::to_owned)
             .unwrap_or_else(|_| path.display().to_string());
+        let mut llama = Llama::new(cfg, w);
+        llama.set_backend(crate::knn::model_backend()?);
         Ok(Self {
-            llama: Llama::new(cfg, w),
+            llama,
             tokenizer,
             name,
             path: path.to_path_buf(),

@@ -87,6 +87,11 @@ impl Rope {
         });
     }
 
+    /// The tables: `cos` and `sin`, each `max_pos × half`.
+    pub fn tables(&self) -> (&[f32], &[f32]) {
+        (&self.cos, &self.sin)
+    }
+
     /// Largest position + 1 the tables cover.
     pub fn max_pos(&self) -> usize {
         self.cos.len() / self.half.max(1)

@@ -179,9 +179,86 @@ impl Weights {
     }
 }
 
+impl Config {
+    /// SmolLM2-135M's shape (the bundled model), for models with seeded random weights.
+    pub fn smollm2_135m() -> Self {
+        Config {
+            n_layers: 30,
+            dim: 576,
+            n_heads: 9,
+            n_kv_heads: 3,
+            head_dim: 64,
+            ffn_dim: 1536,
+            vocab_size: 49_152,
+            context_length: 8192,
+            rope_theta: 100_000.0,
+            rms_eps: 1e-5,
+        }
+    }
+}
+
+impl Weights {
+    /// Seeded random weights of `cfg`'s shape (normal, std 0.02 for matrices and 1 + 0.1·normal
+    /// for norms): a model that runs every code path of a real one, for backend parity checks
+    /// where the model file is absent.
+    pub fn random(cfg: &Config, seed: u64) -> Self {
+        let q = cfg.n_heads * cfg.head_dim;
+        let kv = cfg.n_kv_heads * cfg.head_dim;
+        let (d, f) = (cfg.dim, cfg.ffn_dim);
+        let mat = |len: usize, s: u64| -> Vec<f32> {
+            let mut rng = qkindex::synth::Rng::new(seed ^ s.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            (0..len).map(|_| 0.02 * rng.normal()).collect()
+        };
+        let norm = |len: usize, s: u64| -> Vec<f32> {
+            let mut rng = qkindex::synth::Rng::new(seed ^ s.wrapping_mul(0xD1B5_4A32_D192_ED03));
+            (0..len).map(|_| 1.0 + 0.1 * rng.normal()).collect()
+        };
+        let layers = (0..cfg.n_layers)
+            .into_par_iter()
+            .map(|i| {
+                let b = 16 * (i as u64 + 1);
+                LayerWeights {
+                    attn_norm: norm(d, b),
+                    wq: mat(q * d, b + 1),
+                    wk: mat(kv * d, b + 2),
+                    wv: mat(kv * d, b + 3),
+                    wo: mat(d * q, b + 4),
+                    ffn_norm: norm(d, b + 5),
+                    w_gate: mat(f * d, b + 6),
+                    w_up: mat(f * d, b + 7),
+                    w_down: mat(d * f, b + 8),
+                }
+            })
+            .collect();
+        Weights {
+            embed: mat(cfg.vocab_size * d, 1),
+            layers,
+            out_norm: norm(d, 2),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn random_weights_have_the_shape_and_are_seeded() {
+        let cfg = Config {
+            n_layers: 2,
+            vocab_size: 100,
+            ..Config::smollm2_135m()
+        };
+        let a = Weights::random(&cfg, 7);
+        let b = Weights::random(&cfg, 7);
+        let c = Weights::random(&cfg, 8);
+        assert_eq!(a.embed.len(), 100 * 576);
+        assert_eq!(a.layers[1].wk.len(), 3 * 64 * 576);
+        assert_eq!(a.layers[1].w_down.len(), 576 * 1536);
+        assert_eq!(a.layers[0].wq, b.layers[0].wq);
+        assert_ne!(a.layers[0].wq, c.layers[0].wq);
+        assert_ne!(a.layers[0].wq, a.layers[1].wq);
+    }
 
     /// llama.cpp's `permute` (HF → GGUF): reshape(n_head, 2, hd/2, cols).swapaxes(1, 2).
     fn permute(w: &[f32], n_heads: usize, head_dim: usize, cols: usize) -> Vec<f32> {

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use qkindex::{ReTopK, ReTopKParams, Scratch, SearchOutput, SearchParams, StepPath};
 use rayon::prelude::*;
 
-use crate::model::{simd, Config, DecodeAttention, KvCache, ModelError};
+use crate::model::{simd, Config, DecodeAttention, KvCache, ModelError, StaticPartFn};
 
 /// The attention shape a [`Retrieval`] serves.
 #[derive(Clone, Copy, Debug)]
@@ -557,6 +557,49 @@ impl DecodeAttention for Retrieval {
         capacity: usize,
         out: &mut [f32],
     ) -> Result<(), ModelError> {
+        self.attend_with(layer, pos, q, k, v, capacity, None, out)
+    }
+
+    fn static_set(&self, layer: usize, pos: usize) -> Option<(usize, usize)> {
+        if self.cfg.dense_layers.contains(&layer) {
+            return None;
+        }
+        let n = pos + 1;
+        let (sink, window) = (self.cfg.sink, self.cfg.window);
+        Some((sink, n.saturating_sub(window).max(sink.min(n))))
+    }
+
+    fn attend_split(
+        &mut self,
+        layer: usize,
+        pos: usize,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        capacity: usize,
+        static_part: &mut StaticPartFn<'_>,
+        out: &mut [f32],
+    ) -> Result<(), ModelError> {
+        self.attend_with(layer, pos, q, k, v, capacity, Some(static_part), out)
+    }
+}
+
+impl Retrieval {
+    /// The decode step of one layer. With `static_part`, the part over the static positions
+    /// (sink and window) comes from it — computed elsewhere while this searches — instead of
+    /// being attended here; everything else is the same.
+    #[allow(clippy::too_many_arguments)]
+    fn attend_with(
+        &mut self,
+        layer: usize,
+        pos: usize,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        capacity: usize,
+        static_part: Option<&mut StaticPartFn<'_>>,
+        out: &mut [f32],
+    ) -> Result<(), ModelError> {
         let hd = self.hd;
         let group = self.n_heads / self.n_kv;
         let n = pos + 1;
@@ -715,10 +758,30 @@ impl DecodeAttention for Retrieval {
             self.stats.measure += t_cmp.elapsed();
         }
 
-        // Attention: static part + retrieved part, merged.
+        // The static part computed elsewhere (it ran while this searched); the wait counts as
+        // attention time.
         let t1 = Instant::now();
+        let given = match static_part {
+            Some(f) => {
+                let parts = f()?;
+                let want = self.n_heads;
+                if parts.max.len() != want || parts.sum.len() != want || parts.o.len() != want * hd
+                {
+                    return Err(ModelError::Policy(qkindex::Error::invalid_param(
+                        "static parts",
+                        format!("{} heads", parts.max.len()),
+                        format!("expected {want} heads of {hd} values"),
+                    )));
+                }
+                Some(parts)
+            }
+            None => None,
+        };
+
+        // Attention: static part + retrieved part, merged.
         let static_positions = move || (0..sink.min(n)).chain(rest_end..n);
         let tail_m = self.cfg.tail_samples;
+        let given = given.as_ref();
         heads
             .par_iter_mut()
             .zip(out.par_chunks_mut(group * hd))
@@ -729,7 +792,29 @@ impl DecodeAttention for Retrieval {
                 let n_sink = sink.min(n);
                 for j in 0..group {
                     let qh = &q[(g * group + j) * hd..][..hd];
-                    let s = Partial::over(qh, kh, vh, static_positions(), scale, &mut st.scores);
+                    let h = g * group + j;
+                    let s = match given {
+                        Some(parts) => {
+                            if !st.guides.is_empty() {
+                                // The guides below need the window's scores.
+                                Partial::scores_over(
+                                    qh,
+                                    kh,
+                                    static_positions(),
+                                    scale,
+                                    &mut st.scores,
+                                );
+                            }
+                            Partial {
+                                max: parts.max[h],
+                                sum: parts.sum[h],
+                                o: parts.o[h * hd..(h + 1) * hd].to_vec(),
+                            }
+                        }
+                        None => {
+                            Partial::over(qh, kh, vh, static_positions(), scale, &mut st.scores)
+                        }
+                    };
                     // The window's scores guide the insertion of its keys when they leave it:
                     // each keeps the query with the largest q·k/|q| (guides[i] is position
                     // rest_end + i, scores[n_sink + i] its scaled score).

@@ -37,12 +37,7 @@ impl Partial {
         scores: &mut Vec<f32>,
     ) -> Self {
         let d = q.len();
-        scores.clear();
-        scores.extend(
-            positions
-                .clone()
-                .map(|p| scale * simd::dot(q, &k[p * d..(p + 1) * d])),
-        );
+        Self::scores_over(q, k, positions.clone(), scale, scores);
         let mut part = Partial::empty(d);
         part.max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         if part.max == f32::NEG_INFINITY {
@@ -54,6 +49,19 @@ impl Partial {
             simd::axpy(&mut part.o, w, &v[p * d..(p + 1) * d]);
         }
         part
+    }
+
+    /// Only the scores of [`Partial::over`]: `scores[i] = scale · q·k[positions[i]]`.
+    pub fn scores_over(
+        q: &[f32],
+        k: &[f32],
+        positions: impl Iterator<Item = usize>,
+        scale: f32,
+        scores: &mut Vec<f32>,
+    ) {
+        let d = q.len();
+        scores.clear();
+        scores.extend(positions.map(|p| scale * simd::dot(q, &k[p * d..(p + 1) * d])));
     }
 
     /// Multiplies the part's weight in a merge by `w > 0` (its sum and output together).
