@@ -187,9 +187,19 @@ pub fn run(args: GpuCheckArgs) -> anyhow::Result<()> {
         x.sort_by(f64::total_cmp);
         x[x.len() / 2]
     };
+    // The indexed attention kernel (rows read by id) against the CPU's softmax over those rows.
+    let per_head = 100.min(context);
+    let ids: Vec<u32> = (0..nh)
+        .flat_map(|h| (0..per_head).map(move |j| ((j * 7919 + h * 104_729) % context) as u32))
+        .collect();
+    let got = cb.attention_ids(&qd, &k, &v, context, &ids, (nh, nk, hd))?;
+    let want = indexed_reference(&qd, &k, &v, context, &ids, (nh, nk, hd));
+    let ids_rel_err = rel_err(&want, &got);
+    println!("indexed attention kernel: rel err {ids_rel_err:.2e}");
     let attention = json!({
         "heads": nh, "kv_heads": nk, "head_dim": hd, "keys": context,
         "prefill_causal_ms": med(prefill_ms), "decode_one_query_ms": med(decode_ms),
+        "indexed_ids_per_head": per_head, "indexed_rel_err": ids_rel_err,
     });
     println!("attention kernels: {attention}");
 
@@ -215,7 +225,50 @@ pub fn run(args: GpuCheckArgs) -> anyhow::Result<()> {
     if !(logits_rel_err <= 1e-2 && same == 64) {
         bail!("CUDA backend differs from the CPU backend (see gpu-driver.json)");
     }
+    if ids_rel_err > 1e-4 {
+        bail!("the indexed attention kernel differs from the CPU (see gpu-driver.json)");
+    }
     Ok(())
+}
+
+/// Softmax attention of one query per head over the rows `ids` of its KV head (f64).
+fn indexed_reference(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    keys: usize,
+    ids: &[u32],
+    (nh, nk, hd): (usize, usize, usize),
+) -> Vec<f32> {
+    let per = ids.len() / nh;
+    let scale = 1.0 / (hd as f64).sqrt();
+    let mut out = vec![0f32; nh * hd];
+    for h in 0..nh {
+        let g = h / (nh / nk);
+        let qh = &q[h * hd..(h + 1) * hd];
+        let rows = &ids[h * per..(h + 1) * per];
+        let s: Vec<f64> = rows
+            .iter()
+            .map(|&p| {
+                let kr = &k[(g * keys + p as usize) * hd..][..hd];
+                scale
+                    * qh.iter()
+                        .zip(kr)
+                        .map(|(a, b)| *a as f64 * *b as f64)
+                        .sum::<f64>()
+            })
+            .collect();
+        let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+        for (&p, &si) in rows.iter().zip(&s) {
+            let w = (si - m).exp() / z;
+            let vr = &v[(g * keys + p as usize) * hd..][..hd];
+            for (o, x) in out[h * hd..(h + 1) * hd].iter_mut().zip(vr) {
+                *o += (w * *x as f64) as f32;
+            }
+        }
+    }
+    out
 }
 
 fn gpu_stats(m: &Llama) -> serde_json::Value {
