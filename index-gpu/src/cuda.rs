@@ -200,6 +200,11 @@ impl CudaKnn {
         self
     }
 
+    /// Changes the options (kept: the device, the compiled kernels, cuBLAS).
+    pub fn set_options(&mut self, options: CudaKnnOptions) {
+        self.options = options;
+    }
+
     /// The GPU's name as the driver reports it (for example "NVIDIA H200").
     pub fn device_name(&self) -> &str {
         &self.device_name

@@ -208,20 +208,21 @@ fn run(cases: &Path, out: &Path, quick: bool) -> Result<()> {
     let probe = CudaKnn::new(0).context("opening the GPU")?;
     let device = probe.device_name().to_string();
     println!("device: {device}; cuBLAS: {}", probe.has_cublas());
-    let backend = |path, rescore| {
-        CudaKnn::new(0).map(|g| {
-            g.with_options(CudaKnnOptions {
-                path,
-                rescore,
-                query_chunk: 0,
-            })
-        })
-    };
     let paths: Vec<KernelPath> = if probe.has_cublas() {
         vec![KernelPath::Fused, KernelPath::Gemm]
     } else {
         vec![KernelPath::Fused]
     };
+    // One backend per path (each opening compiles the kernels once).
+    let opts = |path, rescore| CudaKnnOptions {
+        path,
+        rescore,
+        query_chunk: 0,
+    };
+    let mut backends = Vec::new();
+    for &path in &paths {
+        backends.push((path, CudaKnn::new(0)?.with_options(opts(path, true))));
+    }
 
     // Correctness against the CPU results prepared elsewhere.
     let mut correctness = Vec::new();
@@ -238,11 +239,11 @@ fn run(cases: &Path, out: &Path, quick: bool) -> Result<()> {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
         let causal = meta["causal"].as_bool().unwrap_or(false);
-        for &path in &paths {
+        for (path, g) in &backends {
+            let path = *path;
             if path == KernelPath::Fused && keys.dim() > 128 {
                 continue;
             }
-            let g = backend(path, true)?;
             let (got, t) = g.run(&q, &keys, cpu.k, &KnnOptions::causal(causal))?;
             let c = compare(&q, &keys, &got, &cpu);
             all_ok &= c.ok();
@@ -269,8 +270,9 @@ fn run(cases: &Path, out: &Path, quick: bool) -> Result<()> {
     let flops = 2.0 * (n as f64) * (n as f64) * d as f64;
     let mut perf = Vec::new();
     let reps = if quick { 1 } else { 3 };
-    for &path in &paths {
-        let g = backend(path, false)?;
+    for (path, g) in &mut backends {
+        let path = *path;
+        g.set_options(opts(path, false));
         let mut runs = Vec::new();
         for _ in 0..=reps {
             let (_, t) = g.run(&q, &keys, k, &KnnOptions::default())?;
