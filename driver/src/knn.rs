@@ -9,7 +9,9 @@ use qkindex::KnnBackend;
 use qkindex_gpu::{Device, GpuError, Selected};
 use std::sync::{Mutex, OnceLock};
 
-static REQUESTED: Mutex<Device> = Mutex::new(Device::Auto);
+/// The CPU until [`set_device`] says otherwise: library users and tests get the reference
+/// backend; the `qkindex` binary sets its `--device` (default `auto`) at start.
+static REQUESTED: Mutex<Device> = Mutex::new(Device::Cpu);
 static SELECTED: OnceLock<Selected> = OnceLock::new();
 
 /// Sets the device for later builds. Effective until the backend is first used.
@@ -25,7 +27,7 @@ pub fn backend() -> Result<&'static dyn KnnBackend, GpuError> {
     if let Some(s) = SELECTED.get() {
         return Ok(s);
     }
-    let device = REQUESTED.lock().map(|d| *d).unwrap_or(Device::Auto);
+    let device = REQUESTED.lock().map(|d| *d).unwrap_or(Device::Cpu);
     let selected = qkindex_gpu::select(device)?;
     let s = SELECTED.get_or_init(|| {
         eprintln!("exact kNN for index builds: {}", selected.describe());
@@ -38,7 +40,7 @@ pub fn backend() -> Result<&'static dyn KnnBackend, GpuError> {
 /// explicit `cuda` request that cannot be met is an error; `auto` falls back to the CPU.
 pub fn model_backend() -> Result<Option<Box<dyn crate::model::Backend>>, crate::model::ModelError> {
     static LOGGED: std::sync::Once = std::sync::Once::new();
-    let device = REQUESTED.lock().map(|d| *d).unwrap_or(Device::Auto);
+    let device = REQUESTED.lock().map(|d| *d).unwrap_or(Device::Cpu);
     let log = |what: String| LOGGED.call_once(|| eprintln!("model forward passes: {what}"));
     let ordinal = match device {
         Device::Cpu => {
