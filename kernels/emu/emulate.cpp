@@ -280,6 +280,8 @@ int main() {
     check_select(20, 900, 256, 50, true, 0, 4);
     check_select(17, 1200, 512, 64, true, 600, 5);
     check_select(5, 2000, 2000, 1, false, 0, 6);
+    check_select(3, 3000, 1024, 1024, false, 0, 13);  // the largest k: lists longer than a buffer
+    check_select(9, 1500, 700, 1024, true, 0, 14);    // causal rows with fewer than k keys
     // Fused scores and selection: padding of rows, keys and dimension; causal with an offset.
     check_fused(70, 300, 64, 10, false, 0, 7);
     check_fused(64, 500, 40, 100, false, 0, 8);
@@ -287,6 +289,8 @@ int main() {
     check_fused(90, 256, 64, 20, true, 0, 10);
     check_fused(64, 400, 16, 30, true, 300, 11);
     check_fused(64, 130, 128, 1, false, 0, 12);
+    check_fused(64, 1100, 16, 1024, false, 0, 15);
+    check_fused(70, 1300, 16, 1024, true, 200, 16);
     if (failures) {
         std::printf("%d check(s) failed\n", failures);
         return 1;
