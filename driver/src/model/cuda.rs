@@ -225,10 +225,19 @@ impl CudaBackend {
         let mut out = s
             .alloc_zeros::<f32>(n * n_heads * hd)
             .map_err(cuda("alloc"))?;
+        let mut parts = g.dev.alloc_parts(n_heads, keys, hd)?;
         let e0 = event(s)?;
         if n == 1 {
-            g.dev
-                .decode_full(&qd, &kd, &vd, keys, keys, (n_heads, n_kv, hd), &mut out)?;
+            g.dev.decode_full(
+                &qd,
+                &kd,
+                &vd,
+                keys,
+                keys,
+                (n_heads, n_kv, hd),
+                &mut parts,
+                &mut out,
+            )?;
         } else {
             g.dev.causal(
                 &qd,
@@ -557,7 +566,7 @@ impl Dev {
         capacity: usize,
         (sink, rest_end, keys): (usize, usize, usize),
         heads: (usize, usize, usize),
-        parts: &mut (CudaSlice<f32>, CudaSlice<f32>, CudaSlice<f32>),
+        parts: &mut Parts,
     ) -> Result<usize> {
         let (n_heads, n_kv, hd) = heads;
         let set = sink.min(keys) + keys.saturating_sub(rest_end.max(sink.min(keys)));
@@ -613,12 +622,8 @@ impl Dev {
         Ok(())
     }
 
-    fn alloc_parts(
-        &self,
-        n_heads: usize,
-        max_keys: usize,
-        hd: usize,
-    ) -> Result<(CudaSlice<f32>, CudaSlice<f32>, CudaSlice<f32>)> {
+    /// Part buffers (max, sum, o) for a decode query over up to `max_keys` keys.
+    fn alloc_parts(&self, n_heads: usize, max_keys: usize, hd: usize) -> Result<Parts> {
         let parts = n_heads * max_keys.div_ceil(DECODE_CHUNK).max(1);
         let s = &self.stream;
         Ok((
@@ -638,15 +643,25 @@ impl Dev {
         keys: usize,
         capacity: usize,
         heads: (usize, usize, usize),
+        parts: &mut Parts,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let (n_heads, _, hd) = heads;
-        let mut parts = self.alloc_parts(n_heads, keys, hd)?;
         // All keys as the "sink": positions 0..keys.
-        let chunks = self.range_parts(q, k, v, capacity, (keys, keys, keys), heads, &mut parts)?;
+        let chunks = self.range_parts(q, k, v, capacity, (keys, keys, keys), heads, parts)?;
         self.merge(&parts.0, &parts.1, &parts.2, n_heads, chunks, hd, out)
     }
 }
+
+/// The part buffers of a decode call (allocated when the call has one token).
+fn decode_parts(parts: &mut Option<Parts>) -> Result<&mut Parts> {
+    parts
+        .as_mut()
+        .ok_or_else(|| ModelError::Device("decode part buffers missing".to_string()))
+}
+
+/// Online-softmax part buffers on the device: max, sum and unnormalized output per (head, chunk).
+type Parts = (CudaSlice<f32>, CudaSlice<f32>, CudaSlice<f32>);
 
 /// Merges `chunks` online-softmax parts per head (host arrays from the GPU) into one per head.
 fn combine_parts(
@@ -753,6 +768,13 @@ impl Backend for CudaBackend {
             // Llama::forward_with), out n × dim.
             unsafe { b.launch(cfg1(n as u32, 1, 256)) }.map_err(cuda("embed_gather"))?;
         }
+        // Decode steps: the part buffers and the host output, once per call, not per layer.
+        let mut parts = if n == 1 {
+            Some(g.alloc_parts(c.n_heads, pos0 + 1, hd)?)
+        } else {
+            None
+        };
+        let mut out = vec![0f32; if n == 1 { q_dim } else { 0 }];
         let t_other = Instant::now();
         let mut attention = Duration::ZERO;
         for (li, lw) in w.layers.iter().enumerate() {
@@ -820,13 +842,12 @@ impl Backend for CudaBackend {
             let dc = &caches[ci];
             match policy.as_deref_mut() {
                 Some(p) if n == 1 => {
-                    let mut out = vec![0f32; q_dim];
                     let (kc, vc) = cache.layer(li);
                     let tp = Instant::now();
                     match p.static_set(li, pos0) {
                         Some((sink, rest_end)) => {
                             // GPU: the static part, queued now; CPU: the policy's search, at once.
-                            let mut parts = g.alloc_parts(c.n_heads, pos0 + 1, hd)?;
+                            let parts = decode_parts(&mut parts)?;
                             let e0 = event(&s)?;
                             let chunks = g.range_parts(
                                 &q,
@@ -835,7 +856,7 @@ impl Backend for CudaBackend {
                                 cap,
                                 (sink, rest_end, pos0 + 1),
                                 heads,
-                                &mut parts,
+                                parts,
                             )?;
                             let e1 = event(&s)?;
                             let mut waited = (Duration::ZERO, Duration::ZERO);
@@ -864,7 +885,17 @@ impl Backend for CudaBackend {
                         .map_err(cuda("uploading attention"))?;
                 }
                 _ if n == 1 => {
-                    g.decode_full(&q, &dc.k[li], &dc.v[li], pos0 + 1, cap, heads, &mut att)?
+                    let parts = decode_parts(&mut parts)?;
+                    g.decode_full(
+                        &q,
+                        &dc.k[li],
+                        &dc.v[li],
+                        pos0 + 1,
+                        cap,
+                        heads,
+                        parts,
+                        &mut att,
+                    )?
                 }
                 _ => g.causal(&q, &dc.k[li], &dc.v[li], n, pos0, cap, heads, &mut att)?,
             }
