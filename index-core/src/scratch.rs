@@ -1,4 +1,4 @@
-//! Per-thread search buffers: a visited set with epoch tags, the two heaps of beam search and
+//! Per-thread search buffers: a visited bitset, the two heaps of beam search and
 //! id/score buffers. One `Scratch` serves every index kind and grows on demand; a search that
 //! reuses it allocates nothing.
 
@@ -27,35 +27,62 @@ impl Ord for Scored {
     }
 }
 
-/// Visited set over ids `0..n` with `u16` epoch tags: clearing is one increment, and the tags
-/// are wiped only when the epoch wraps around (every 65,535 searches).
+/// Visited set over ids `0..n`: one bit per id, so that it stays in L1/L2 at any size a head
+/// reaches (64 KiB at 512K keys, where a byte or tag per id would spill to L3 and miss on
+/// every neighbour checked). The ids marked since the last reset are logged while they are few,
+/// so that a reset clears only their words; past one id per word it clears the whole set.
 #[derive(Clone, Debug, Default)]
 pub struct VisitedSet {
-    tags: Vec<u16>,
-    epoch: u16,
+    words: Vec<u64>,
+    /// Ids marked since the last reset, or the whole set when `all_dirty`.
+    marked: Vec<u32>,
+    all_dirty: bool,
 }
 
 impl VisitedSet {
-    /// Starts a new search over ids `0..n`.
+    /// Starts a new search over ids `0..n` (no id marked).
     pub fn reset(&mut self, n: usize) {
-        if self.tags.len() < n {
-            self.tags.resize(n, 0);
+        if self.all_dirty {
+            self.words.fill(0);
+        } else {
+            for &id in &self.marked {
+                if let Some(w) = self.words.get_mut((id >> 6) as usize) {
+                    *w = 0;
+                }
+            }
         }
-        self.epoch = self.epoch.wrapping_add(1);
-        if self.epoch == 0 {
-            self.tags.fill(0);
-            self.epoch = 1;
+        self.marked.clear();
+        self.all_dirty = false;
+        let need = n.div_ceil(64);
+        if self.words.len() < need {
+            self.words.resize(need, 0);
+        }
+    }
+
+    /// Logs newly marked ids for the next reset (or gives up logging once they outnumber the
+    /// words: clearing everything is then cheaper).
+    #[inline(always)]
+    fn log(&mut self, new: &[u32]) {
+        if !self.all_dirty {
+            if self.marked.len() + new.len() > self.words.len() {
+                self.all_dirty = true;
+                self.marked.clear();
+            } else {
+                self.marked.extend_from_slice(new);
+            }
         }
     }
 
     /// Marks `id`; returns true when it was not marked before in this search.
     #[inline]
     pub fn insert(&mut self, id: u32) -> bool {
-        let t = &mut self.tags[id as usize];
-        if *t == self.epoch {
+        let w = &mut self.words[(id >> 6) as usize];
+        let bit = 1u64 << (id & 63);
+        if *w & bit != 0 {
             false
         } else {
-            *t = self.epoch;
+            *w |= bit;
+            self.log(&[id]);
             true
         }
     }
@@ -65,19 +92,7 @@ impl VisitedSet {
     /// are mostly visited, so a branch here would mispredict often).
     #[inline(always)]
     pub fn filter_new(&mut self, ids: &[u32], out: &mut Vec<u32>) {
-        let epoch = self.epoch;
-        let tags = self.tags.as_mut_slice();
-        let start = out.len();
-        out.resize(start + ids.len(), 0);
-        let buf = &mut out[start..];
-        let mut len = 0;
-        for &id in ids {
-            let t = &mut tags[id as usize];
-            buf[len] = id;
-            len += usize::from(*t != epoch);
-            *t = epoch;
-        }
-        out.truncate(start + len);
+        self.filter(ids, u32::MAX, out);
     }
 
     /// [`VisitedSet::filter_new`] that also drops ids `≥ n` (`n ≤` the `n` of the last
@@ -85,8 +100,12 @@ impl VisitedSet {
     /// touches a row that does not exist.
     #[inline(always)]
     pub fn filter_new_below(&mut self, ids: &[u32], n: u32, out: &mut Vec<u32>) {
-        let epoch = self.epoch;
-        let tags = self.tags.as_mut_slice();
+        self.filter(ids, n, out);
+    }
+
+    #[inline(always)]
+    fn filter(&mut self, ids: &[u32], n: u32, out: &mut Vec<u32>) {
+        let words = self.words.as_mut_slice();
         let start = out.len();
         out.resize(start + ids.len(), 0);
         let buf = &mut out[start..];
@@ -95,23 +114,20 @@ impl VisitedSet {
             if id >= n {
                 continue;
             }
-            let t = &mut tags[id as usize];
+            let w = &mut words[(id >> 6) as usize];
+            let bit = 1u64 << (id & 63);
             buf[len] = id;
-            len += usize::from(*t != epoch);
-            *t = epoch;
+            len += usize::from(*w & bit == 0);
+            *w |= bit;
         }
         out.truncate(start + len);
+        self.log(&out[start..]);
     }
 
     /// True when `id` is marked in this search.
     #[inline]
     pub fn contains(&self, id: u32) -> bool {
-        self.tags[id as usize] == self.epoch
-    }
-
-    /// Current epoch (tests drive it through wraparound).
-    pub fn epoch(&self) -> u16 {
-        self.epoch
+        self.words[(id >> 6) as usize] & (1u64 << (id & 63)) != 0
     }
 }
 
@@ -159,15 +175,29 @@ impl TopK {
     /// Offers `scores[i]` with id `base + i` for every i.
     #[inline]
     pub fn push_block(&mut self, scores: &[f32], base: u32) {
+        let cap = 4 * self.k.max(4);
         for (b, block) in scores.chunks(16).enumerate() {
+            // One vectorised comparison gives the mask of the block's scores that can enter;
+            // only those are visited (no branch per score).
             let t = self.threshold;
-            // One vectorised pass decides whether any score of the block can enter.
-            if t != f32::NEG_INFINITY && !block.iter().fold(false, |any, &x| any | (x > t)) {
+            let mut mask = block
+                .iter()
+                .enumerate()
+                .fold(0u32, |m, (i, &x)| m | (u32::from(x > t) << i));
+            if mask == 0 {
                 continue;
             }
             let first = base + (16 * b) as u32;
-            for (o, &score) in block.iter().enumerate() {
-                self.push(score, first + o as u32);
+            while mask != 0 {
+                let i = mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                self.buf.push(Scored {
+                    score: block[i],
+                    id: first + i as u32,
+                });
+            }
+            if self.buf.len() >= cap {
+                self.compact();
             }
         }
     }
@@ -307,6 +337,17 @@ impl BeamList {
         None
     }
 
+    /// The id [`BeamList::next_unexpanded`] would return now, without marking it.
+    #[inline(always)]
+    pub fn peek_unexpanded(&self) -> Option<u32> {
+        let end = self.items.len().min(self.width);
+        self.items
+            .get(self.cursor..end)?
+            .iter()
+            .find(|&&item| item & 1 == 0)
+            .map(|&item| Self::unpack(item).id)
+    }
+
     #[inline(always)]
     fn unpack(item: u64) -> Scored {
         Scored {
@@ -351,17 +392,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn visited_set_survives_epoch_wraparound() {
+    fn visited_set_resets_after_few_and_after_many_marks() {
         let mut v = VisitedSet::default();
-        v.reset(4);
-        assert!(v.insert(2));
-        for _ in 0..70_000 {
-            v.reset(4);
-            assert!(!v.contains(2));
-            assert!(v.insert(2));
-            assert!(!v.insert(2));
+        for n in [4usize, 1000, 130, 70_000] {
+            v.reset(n);
+            for id in [0u32, 63, 64, (n - 1) as u32]
+                .into_iter()
+                .filter(|&i| (i as usize) < n)
+            {
+                assert!(!v.contains(id), "n = {n}: {id} marked after reset");
+            }
+            // Few marks (logged), then every id (the log gives up and the reset clears all).
+            for count in [3usize, n] {
+                v.reset(n);
+                let ids: Vec<u32> = (0..count as u32).map(|i| (i * 7919) % n as u32).collect();
+                let mut fresh = Vec::new();
+                v.filter_new(&ids, &mut fresh);
+                let mut want = ids.clone();
+                want.sort_unstable();
+                want.dedup();
+                fresh.sort_unstable();
+                assert_eq!(fresh, want);
+                assert!(ids.iter().all(|&id| v.contains(id) && !v.insert(id)));
+                v.reset(n);
+                assert!(ids.iter().all(|&id| !v.contains(id)));
+                assert!(v.insert(ids[0]));
+            }
         }
-        assert_ne!(v.epoch(), 0);
     }
 
     #[test]

@@ -710,9 +710,10 @@ fn reused_scratch_matches_fresh_across_indexes_of_different_sizes() {
 }
 
 #[test]
-fn reused_scratch_survives_visited_epoch_wraparound() {
-    // More than 65,535 searches on one scratch (the visited set's u16 epoch wraps), on a tiny
-    // index so that it stays fast; interleaved with a larger index.
+fn reused_scratch_gives_fresh_results_over_many_searches() {
+    // 70,000 searches on one scratch (the visited set is cleared from its log of marked ids, or
+    // wholly after a large search), on a tiny index so that it stays fast; interleaved with a
+    // larger index.
     let tiny = ood(40, 8, 8, 5);
     let keys = Arc::new(KeyStore::from_f32(tiny.keys.clone(), 8).expect("keys"));
     let index = AttentionIndex::build(

@@ -13,6 +13,13 @@ pub trait Neighbors {
     fn node_count(&self) -> usize;
     /// Out-neighbours of `v` (`v < node_count()`).
     fn neighbors_of(&self, v: u32) -> &[u32];
+    /// Starts loading the out-neighbours of `v` into cache (a hint; any `v` is allowed).
+    #[inline]
+    fn prefetch_neighbors(&self, v: u32) {
+        if (v as usize) < self.node_count() {
+            crate::metric::prefetch(self.neighbors_of(v));
+        }
+    }
 }
 
 impl Neighbors for Csr {

@@ -164,6 +164,11 @@ fn beam_search_impl<G: Neighbors + ?Sized>(
 
     while let Some(c) = beam.next_unexpanded() {
         stats.hops += 1;
+        // The node expanded next is usually the best unexpanded one now (unless this expansion
+        // finds better): start its neighbour-list miss while this one is scored.
+        if let Some(next) = beam.peek_unexpanded() {
+            graph.prefetch_neighbors(next);
+        }
         ids.clear();
         visited.filter_new_below(graph.neighbors_of(c.id), n as u32, ids);
         if ids.is_empty() {
