@@ -19,6 +19,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let opts = LoadOptions {
         verify: mode & 2 == 0,
+        ..LoadOptions::default()
     };
     match io::load_bytes(&bytes, "fuzz.qki", &opts) {
         Ok(index) => {

@@ -103,7 +103,12 @@ fn round_trip_every_kind_gives_identical_results() {
             .write(&path)
             .expect("save");
         let before = search_all(index, &f.queries);
-        for opts in [LoadOptions::default(), LoadOptions::no_verify()] {
+        for opts in [
+            LoadOptions::default(),
+            LoadOptions::no_verify(),
+            LoadOptions::default().resident(),
+            LoadOptions::no_verify().resident(),
+        ] {
             let loaded = io::load(&path, &opts).expect("load");
             assert_mapped(&loaded);
             assert_eq!(loaded.kind(), index.kind(), "{name}");
@@ -117,6 +122,25 @@ fn round_trip_every_kind_gives_identical_results() {
     assert_eq!(a.entries(), f.attention_f16.entries());
     assert_eq!(a.params(), f.attention_f16.params());
     assert!(loaded.as_flat().is_none());
+}
+
+#[test]
+fn resident_load_owns_its_copy_of_the_file() {
+    // A resident index reads the file once: rewriting the file in place afterwards (which a
+    // mapping must never see) leaves its searches unchanged.
+    let f = fixture();
+    let path = tempdir().join("resident.qki");
+    io::Persist::writer(&f.attention_f16, io::KeysPlacement::Inline)
+        .expect("writer")
+        .write(&path)
+        .expect("save");
+    let loaded = io::load(&path, &LoadOptions::default().resident()).expect("load");
+    std::fs::write(&path, b"overwritten in place").expect("overwrite");
+    assert_eq!(
+        search_all(&loaded, &f.queries),
+        search_all(&f.attention_f16, &f.queries)
+    );
+    assert!(io::load(&path, &LoadOptions::default().resident()).is_err());
 }
 
 #[test]

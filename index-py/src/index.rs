@@ -416,7 +416,10 @@ pub fn load(
     mmap: bool,
     verify: bool,
 ) -> PyResult<Py<PyAny>> {
-    let opts = qkindex::io::LoadOptions { verify };
+    let opts = qkindex::io::LoadOptions {
+        verify,
+        ..Default::default()
+    };
     let any = py
         .detach(|| {
             if mmap {

@@ -174,7 +174,7 @@ impl Bundle {
         let mut keys: HashMap<String, (RawFile, Arc<KeyStore>)> = HashMap::new();
         for k in &manifest.keys {
             let path = plain_child(&dir, &k.file)?;
-            let raw = RawFile::open(&path)?;
+            let raw = RawFile::open(&path, opts.resident)?;
             let actual = format!("{:016x}", raw.header().header_checksum);
             if actual != k.checksum {
                 return Err(Error::format(
@@ -193,7 +193,7 @@ impl Bundle {
         let mut indexes = Vec::with_capacity(manifest.indexes.len());
         for e in &manifest.indexes {
             let path = plain_child(&dir, &e.file)?;
-            let raw = RawFile::open(&path)?;
+            let raw = RawFile::open(&path, opts.resident)?;
             let index = super::load_raw(&raw, opts, &mut |raw, r| {
                 // Only key files the manifest lists, opened once above.
                 key_path(raw, r)?;

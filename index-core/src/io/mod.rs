@@ -17,7 +17,8 @@
 //! `LoadOptions { verify: false }` opens in O(1) (header and table only) and [`verify`] (or
 //! [`AnyIndex`]'s file-level check) runs the rest later; until then a damaged section can give
 //! poor results but no panic and no out-of-bounds read (graph accessors are total and searches
-//! skip ids `≥ n`). A loaded index searches the mapped pages: nothing is copied.
+//! skip ids `≥ n`). A loaded index searches the mapped pages: nothing is copied (unless
+//! [`LoadOptions::resident`] asks for a copy in huge pages).
 
 mod baselines;
 mod buf;
@@ -52,18 +53,38 @@ pub struct LoadOptions {
     /// and the keys (finite) on open: reads the whole file. `false` checks only the header, the
     /// table and O(1) facts, so opening takes the same time at any size; call [`verify`] later.
     pub verify: bool,
+    /// Read files into anonymous memory (advised for transparent huge pages) instead of
+    /// mapping them. Costs the files' size in RAM up front; in exchange, random reads — a graph
+    /// search's keys and neighbour lists — hit 2 MiB pages instead of missing the TLB on most
+    /// reads of a large index (a beam search over 512K keys spent about 20 % less time per
+    /// visited key, `docs/BENCHMARKS.md` §3). The default maps files (opening copies nothing).
+    pub resident: bool,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { verify: true }
+        LoadOptions {
+            verify: true,
+            resident: false,
+        }
     }
 }
 
 impl LoadOptions {
     /// Options that skip the full-file checks (see [`LoadOptions::verify`]).
     pub fn no_verify() -> Self {
-        LoadOptions { verify: false }
+        LoadOptions {
+            verify: false,
+            ..Self::default()
+        }
+    }
+
+    /// These options with [`LoadOptions::resident`] set.
+    pub fn resident(self) -> Self {
+        LoadOptions {
+            resident: true,
+            ..self
+        }
     }
 }
 
@@ -208,7 +229,7 @@ impl AnnIndex for AnyIndex {
 /// Errors: [`Error::Io`] when the file cannot be read, [`Error::Format`] (naming the path and
 /// the section) for anything wrong in it.
 pub fn load(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<AnyIndex> {
-    let raw = RawFile::open(path.as_ref())?;
+    let raw = RawFile::open(path.as_ref(), opts.resident)?;
     load_raw(&raw, opts, &mut |raw, r| resolve_beside(raw, r, opts))
 }
 
@@ -226,7 +247,7 @@ pub fn load_bytes(bytes: &[u8], name: impl AsRef<Path>, opts: &LoadOptions) -> R
 
 /// Opens a key file (the keys of one KV head in a bundle), mapped.
 pub fn load_keys(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Arc<KeyStore>> {
-    let raw = RawFile::open(path.as_ref())?;
+    let raw = RawFile::open(path.as_ref(), opts.resident)?;
     keys_of_file(&raw, opts)
 }
 
@@ -267,7 +288,7 @@ fn load_raw(
 /// Opens the key file a reference names, next to the index file, and checks its checksum.
 fn resolve_beside(raw: &RawFile, r: &KeyRef, opts: &LoadOptions) -> Result<Arc<KeyStore>> {
     let path = key_path(raw, r)?;
-    let keys_raw = RawFile::open(&path)?;
+    let keys_raw = RawFile::open(&path, opts.resident)?;
     check_key_ref(raw, r, &keys_raw)?;
     keys_of_file(&keys_raw, opts)
 }
@@ -311,7 +332,7 @@ pub fn verify(path: impl AsRef<Path>) -> Result<VerifyReport> {
     if path.is_dir() {
         return bundle::verify_bundle(path);
     }
-    let raw = RawFile::open(path)?;
+    let raw = RawFile::open(path, false)?;
     let opts = LoadOptions::default();
     if raw.header().kind == FileKind::Keys {
         keys_of_file(&raw, &opts)?;
@@ -383,7 +404,7 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection> {
 }
 
 pub(crate) fn inspect_file(path: &Path) -> Result<FileInfo> {
-    let raw = RawFile::open(path)?;
+    let raw = RawFile::open(path, false)?;
     let h = raw.header();
     let json = |kind: SectionKind| -> Option<serde_json::Value> {
         raw.entry(kind).is_some().then(|| raw.json(kind).ok())?

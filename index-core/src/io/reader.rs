@@ -19,8 +19,11 @@ pub struct RawFile {
 }
 
 impl RawFile {
-    /// Maps `path` read-only and checks its header and table (not the section checksums).
-    pub fn open(path: &Path) -> Result<Self> {
+    /// Maps `path` read-only and checks its header and table (not the section checksums);
+    /// with `resident`, reads it into anonymous memory instead ([`LoadOptions::resident`]).
+    ///
+    /// [`LoadOptions::resident`]: super::LoadOptions::resident
+    pub fn open(path: &Path, resident: bool) -> Result<Self> {
         if cfg!(target_endian = "big") {
             return Err(Error::format(
                 path,
@@ -28,10 +31,17 @@ impl RawFile {
                 "qkindex files are little-endian; this host is big-endian",
             ));
         }
-        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         if len < super::format::HEADER_LEN as u64 {
             return Err(short(path, len));
+        }
+        if resident {
+            let len = usize::try_from(len).map_err(|_| short(path, len))?;
+            let map = anon_copy(path, len, |buf| {
+                std::io::Read::read_exact(&mut file, buf).map_err(|e| Error::io(path, e))
+            })?;
+            return Self::from_backing(path, Arc::new(Backing::new(map)));
         }
         // SAFETY: the mapping is read-only and private to this process's view of the file. It
         // is undefined behaviour only if the file is truncated or written in place while
@@ -48,9 +58,10 @@ impl RawFile {
         if bytes.len() < super::format::HEADER_LEN {
             return Err(short(path, bytes.len() as u64));
         }
-        let mut anon = memmap2::MmapMut::map_anon(bytes.len()).map_err(|e| Error::io(path, e))?;
-        anon.copy_from_slice(bytes);
-        let map = anon.make_read_only().map_err(|e| Error::io(path, e))?;
+        let map = anon_copy(path, bytes.len(), |buf| {
+            buf.copy_from_slice(bytes);
+            Ok(())
+        })?;
         Self::from_backing(path, Arc::new(Backing::new(map)))
     }
 
@@ -201,4 +212,16 @@ fn short(path: &Path, len: u64) -> Error {
             super::format::HEADER_LEN
         ),
     )
+}
+
+/// A read-only anonymous mapping of `len` bytes written by `fill`, advised for transparent huge
+/// pages where the kernel has them: a graph search reads keys and neighbour lists at random,
+/// and with 4 KiB pages nearly every such read of a large index also misses the TLB.
+fn anon_copy(path: &Path, len: usize, fill: impl FnOnce(&mut [u8]) -> Result<()>) -> Result<Mmap> {
+    let mut anon = memmap2::MmapMut::map_anon(len).map_err(|e| Error::io(path, e))?;
+    // A hint: kernels without transparent huge pages refuse it, which changes nothing else.
+    #[cfg(target_os = "linux")]
+    let _ = anon.advise(memmap2::Advice::HugePage);
+    fill(&mut anon)?;
+    anon.make_read_only().map_err(|e| Error::io(path, e))
 }

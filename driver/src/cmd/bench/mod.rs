@@ -107,7 +107,9 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     pub sequence_edges: usize,
     /// Keep built indexes in this directory and reuse them in later runs with the same dump,
-    /// heads, kinds and build parameters (index files plus JSON side files).
+    /// heads, kinds and build parameters (index files plus JSON side files). Searches then run
+    /// on the files read into huge pages (`LoadOptions::resident`); without a cache they run
+    /// on the indexes as built.
     #[arg(long)]
     pub cache: Option<PathBuf>,
     /// Build parameters of the baseline kinds (hnsw, ivf, vamana).
@@ -231,10 +233,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     }
                     None => {
                         let built = kinds::build(kind, &input, &args)?;
-                        if let Some(entry) = &entry {
-                            entry.store(&built)?;
+                        match &entry {
+                            Some(entry) => {
+                                entry.store(&built)?;
+                                entry.load().unwrap_or(built)
+                            }
+                            None => built,
                         }
-                        built
                     }
                 };
                 let bytes_per_key = built.index.memory_bytes() as f64 / n as f64;
