@@ -475,10 +475,18 @@ fn range_f16_avx2(q: &[f32], rows: &[f16], dim: usize, out: &mut [f32]) {
     unsafe { range_f16_avx2_inner(q, rows, dim, out) }
 }
 
-/// Range scans score four rows per step when `dim` is a multiple of 16 (one query load and
-/// one horizontal reduction serve four rows), and the rows left over one at a time.
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
-fn range_f32_avx512_inner(q: &[f32], rows: &[f32], dim: usize, out: &mut [f32]) {
+/// The loop of the AVX-512 range scans: four rows per step through `four` when `dim` is a
+/// multiple of 16 (one query load and one horizontal reduction serve four rows), the rows left
+/// over one at a time through `one`.
+#[inline(always)]
+fn range_blocks<T>(
+    q: &[f32],
+    rows: &[T],
+    dim: usize,
+    out: &mut [f32],
+    four: impl Fn(&[T], &mut [f32]),
+    one: impl Fn(&[T]) -> f32,
+) {
     let n = out.len().min(rows.len() / dim);
     let blocked = if dim.is_multiple_of(16) && q.len() >= dim {
         n / 4 * 4
@@ -489,40 +497,44 @@ fn range_f32_avx512_inner(q: &[f32], rows: &[f32], dim: usize, out: &mut [f32]) 
         .chunks_exact_mut(4)
         .zip(rows.chunks_exact(4 * dim))
     {
-        // SAFETY: same target features; `dim` is a multiple of 16 and `block` holds 4 rows.
-        unsafe { dot4_f32_avx512(q, block, dim, o) };
+        four(block, o);
     }
     for (o, row) in out[blocked..n]
         .iter_mut()
         .zip(rows[blocked * dim..].chunks_exact(dim))
     {
-        // SAFETY: same target features as this function.
-        *o = unsafe { dot_f32_avx512_inner(q, row) };
+        *o = one(row);
     }
 }
 
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-fn range_f16_avx512_inner(q: &[f32], rows: &[f16], dim: usize, out: &mut [f32]) {
-    let n = out.len().min(rows.len() / dim);
-    let blocked = if dim.is_multiple_of(16) && q.len() >= dim {
-        n / 4 * 4
-    } else {
-        0
-    };
-    for (o, block) in out[..blocked]
-        .chunks_exact_mut(4)
-        .zip(rows.chunks_exact(4 * dim))
-    {
-        // SAFETY: same target features; `dim` is a multiple of 16 and `block` holds 4 rows.
-        unsafe { dot4_f16_avx512(q, block, dim, o) };
-    }
-    for (o, row) in out[blocked..n]
-        .iter_mut()
-        .zip(rows[blocked * dim..].chunks_exact(dim))
-    {
+fn range_f32_avx512_inner(q: &[f32], rows: &[f32], dim: usize, out: &mut [f32]) {
+    range_blocks(
+        q,
+        rows,
+        dim,
+        out,
+        // SAFETY: same target features; `range_blocks` passes 4 rows of a `dim` that is a
+        // multiple of 16.
+        |block, o| unsafe { dot4_f32_avx512(q, block, dim, o) },
         // SAFETY: same target features as this function.
-        *o = unsafe { dot_f16_avx512_inner(q, row) };
-    }
+        |row| unsafe { dot_f32_avx512_inner(q, row) },
+    )
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn range_f16_avx512_inner(q: &[f32], rows: &[f16], dim: usize, out: &mut [f32]) {
+    range_blocks(
+        q,
+        rows,
+        dim,
+        out,
+        // SAFETY: same target features; `range_blocks` passes 4 rows of a `dim` that is a
+        // multiple of 16.
+        |block, o| unsafe { dot4_f16_avx512(q, block, dim, o) },
+        // SAFETY: same target features as this function.
+        |row| unsafe { dot_f16_avx512_inner(q, row) },
+    )
 }
 
 fn range_f32_avx512(q: &[f32], rows: &[f32], dim: usize, out: &mut [f32]) {
