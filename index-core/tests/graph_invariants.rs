@@ -225,7 +225,11 @@ fn params_strategy() -> impl Strategy<Value = AttentionParams> {
             Just(Projection::Pivot),
             (1usize..=6).prop_map(|window| Projection::Rank { window })
         ],
-        prop_oneof![Just(Prune::Top), Just(Prune::Occlusion)],
+        prop_oneof![
+            Just(Prune::Top),
+            Just(Prune::Occlusion),
+            Just(Prune::OcclusionFill)
+        ],
         prop_oneof![Just(EntryRule::Hub), Just(EntryRule::L2Medoid)],
         (1usize..=4, 0usize..=3, 0usize..=3),
         (1usize..=64, any::<bool>()),

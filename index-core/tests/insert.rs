@@ -157,14 +157,18 @@ proptest! {
         extra in 1usize..60,
         degree in 1usize..8,
         sequence in 0usize..2,
-        occlusion in any::<bool>(),
+        prune in prop_oneof![
+            Just(Prune::Top),
+            Just(Prune::Occlusion),
+            Just(Prune::OcclusionFill)
+        ],
         seed in 0u64..1000,
     ) {
         let data = ood(n0 + extra, 40, 8, seed);
         let params = AttentionParams {
             max_degree: degree,
             sequence_edges: sequence,
-            prune: if occlusion { Prune::Occlusion } else { Prune::Top },
+            prune,
             kq: 10,
             ..AttentionParams::default()
         };

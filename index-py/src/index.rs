@@ -11,6 +11,7 @@ use crate::errors::{to_py, value_error};
 use crate::run::interruptible;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
+use qkindex::attention::Prune;
 use qkindex::{AnnIndex, AttentionParams, Scratch, SearchOutput, SearchParams};
 use qkindex_gpu::{Device, GpuError, Selected};
 use rayon::prelude::*;
@@ -230,9 +231,11 @@ pub struct AttentionIndex {
 #[pymethods]
 impl AttentionIndex {
     /// Builds the index over `keys` (`[n, d]`, float16 or float32; stored as given) from
-    /// `train_queries` (`[m, d]`, the head's prefill queries).
+    /// `train_queries` (`[m, d]`, the head's prefill queries). `prune`: `"top"` (default),
+    /// `"occlusion"` or `"occlusion-fill"` (what the decode driver builds: more robust to queries
+    /// unlike the training ones).
     #[staticmethod]
-    #[pyo3(signature = (keys, train_queries, *, kq=100, max_degree=32, build_ef=200, default_ef=128, causal=false, device="auto"))]
+    #[pyo3(signature = (keys, train_queries, *, kq=100, max_degree=32, build_ef=200, default_ef=128, causal=false, prune="top", device="auto"))]
     #[allow(clippy::too_many_arguments)]
     fn build(
         py: Python<'_>,
@@ -243,15 +246,27 @@ impl AttentionIndex {
         build_ef: i64,
         default_ef: i64,
         causal: bool,
+        prune: &str,
         device: &str,
     ) -> PyResult<Self> {
         let knn = knn_backend(device)?;
+        let prune = match prune {
+            "top" => Prune::Top,
+            "occlusion" => Prune::Occlusion,
+            "occlusion-fill" => Prune::OcclusionFill,
+            other => {
+                return Err(value_error(format!(
+                    "prune: expected \"top\", \"occlusion\" or \"occlusion-fill\", got {other:?}"
+                )))
+            }
+        };
         let params = AttentionParams {
             kq: count("kq", kq, 1)?,
             max_degree: count("max_degree", max_degree, 1)?,
             build_ef: count("build_ef", build_ef, 1)?,
             default_ef: count("default_ef", default_ef, 1)?,
             causal,
+            prune,
             ..AttentionParams::default()
         };
         let store = Arc::new(float_array(keys, "keys")?.key_store("keys", None)?);

@@ -43,6 +43,21 @@ def test_attention_index_recall_and_scanned(data, attention_index):
     assert qkindex.recall(idx.search(queries, k=10).ids, exact) >= 0.9
 
 
+@pytest.mark.parametrize("prune", ["top", "occlusion", "occlusion-fill"])
+def test_every_pruning_rule_builds_a_searchable_index(data, prune):
+    keys, train, queries = data
+    idx = qkindex.AttentionIndex.build(keys, train, kq=50, max_degree=24, prune=prune)
+    exact, _ = qkindex.exact_topk(queries, keys, 10)
+    assert qkindex.recall(idx.search(queries, k=10, ef=64).ids, exact) >= 0.9
+    assert qkindex.recall(idx.search(queries, k=10, ef=len(keys)).ids, exact) == 1.0
+
+
+def test_unknown_pruning_rule_is_a_value_error(data):
+    keys, train, _ = data
+    with pytest.raises(ValueError, match=r"prune: expected .*got \"nearest\""):
+        qkindex.AttentionIndex.build(keys, train, prune="nearest")
+
+
 def test_scores_are_inner_products(data, attention_index):
     keys, _, queries = data
     res = attention_index.search(queries, k=5, ef=32)

@@ -233,11 +233,12 @@ fn select(
     let m = params.max_degree;
     match params.prune {
         Prune::Top => cands.into_iter().take(m).map(|c| c.1).collect(),
-        Prune::Occlusion => {
+        Prune::Occlusion | Prune::OcclusionFill => {
             let dot = kernels().dot_f32;
             let row = |i: u32| &keys[i as usize * dim..(i as usize + 1) * dim];
             let kv = row(v);
             let mut kept: Vec<u32> = Vec::with_capacity(m);
+            let mut dropped: Vec<u32> = Vec::new();
             for (_, c) in cands {
                 if kept.len() >= m {
                     break;
@@ -245,7 +246,13 @@ fn select(
                 let vc = dot(kv, row(c));
                 if kept.iter().all(|&s| dot(row(s), row(c)) <= vc) {
                     kept.push(c);
+                } else {
+                    dropped.push(c);
                 }
+            }
+            if params.prune == Prune::OcclusionFill {
+                let room = m - kept.len();
+                kept.extend(dropped.into_iter().take(room));
             }
             kept
         }
@@ -482,5 +489,32 @@ fn mark_from(adj: &[Vec<u32>], v: u32, reached: &mut [bool], stack: &mut Vec<u32
                 stack.push(w);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Key 0 is `v`; 1 and 2 point almost the same way (2 is occluded by 1), 3 points
+    /// elsewhere. Candidates come best-ranked first: 1, 2, 3.
+    fn occluded_case(prune: Prune, max_degree: usize) -> Vec<u32> {
+        let keys = [1.0, 0.0, 1.0, 0.1, 1.0, 0.2, 0.5, -1.0];
+        let params = AttentionParams {
+            prune,
+            max_degree,
+            ..AttentionParams::default()
+        };
+        select(0, vec![(3.0, 1), (2.0, 2), (1.0, 3)], &params, &keys, 2)
+    }
+
+    #[test]
+    fn occlusion_fill_keeps_the_diverse_edges_then_fills_by_rank() {
+        assert_eq!(occluded_case(Prune::Top, 2), vec![1, 2]);
+        assert_eq!(occluded_case(Prune::Occlusion, 3), vec![1, 3]);
+        assert_eq!(occluded_case(Prune::OcclusionFill, 3), vec![1, 3, 2]);
+        // With room for two, the occluded candidate is the one left out (Top would drop 3).
+        assert_eq!(occluded_case(Prune::OcclusionFill, 2), vec![1, 3]);
+        assert_eq!(occluded_case(Prune::OcclusionFill, 1), vec![1]);
     }
 }

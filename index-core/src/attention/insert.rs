@@ -76,6 +76,15 @@ impl AttentionIndex {
         let kept = match self.params.prune {
             Prune::Top => cands,
             Prune::Occlusion => occlusion(key, &cands, &self.keys),
+            Prune::OcclusionFill => {
+                let mut kept = occlusion(key, &cands, &self.keys);
+                for &c in &cands {
+                    if !kept.contains(&c) {
+                        kept.push(c);
+                    }
+                }
+                kept
+            }
         };
         for c in kept {
             if out.len() >= max_degree {

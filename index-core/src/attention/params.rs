@@ -23,6 +23,9 @@ pub enum Prune {
     /// RNG-like occlusion with inner products: candidate `c` of `v` is dropped when an
     /// already-kept neighbour `s` has `s·c > v·c`.
     Occlusion,
+    /// [`Prune::Occlusion`] first, then the free slots filled with the best-ranked of the
+    /// candidates it dropped.
+    OcclusionFill,
 }
 
 /// Where searches start.

@@ -68,6 +68,7 @@ class AttentionIndex:
         build_ef: int = 200,
         default_ef: int = 128,
         causal: bool = False,
+        prune: str = "top",
         device: str = "auto",
     ) -> "AttentionIndex": ...
     def search(
