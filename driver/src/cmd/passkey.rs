@@ -52,6 +52,19 @@ struct Trial {
     key: String,
     /// Per policy: (name, answer text, success).
     answers: Vec<(String, String, bool)>,
+    /// Per policy that retrieves (measured runs): how well the selections of the question and
+    /// answer steps matched the exact top-k of the rest.
+    retrieval: Vec<TrialRetrieval>,
+}
+
+/// Means over one trial's (step, layer, query head) selections.
+#[derive(Debug, Serialize)]
+struct TrialRetrieval {
+    policy: String,
+    recall: f64,
+    mass_ratio: f64,
+    /// Selector inner products per selection, over the keys of the rest after the prefill.
+    scanned: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -62,6 +75,10 @@ struct Summary {
     rate: f64,
     /// Per length: (length, successes, trials).
     by_length: Vec<(usize, usize, usize)>,
+    /// Means over the trials of [`TrialRetrieval`] (policies that retrieve, measured runs).
+    recall: Option<f64>,
+    mass_ratio: Option<f64>,
+    scanned: Option<f64>,
 }
 
 pub fn run(args: PasskeyArgs) -> anyhow::Result<()> {
@@ -89,6 +106,7 @@ pub fn run(args: PasskeyArgs) -> anyhow::Result<()> {
                 }
                 let pre = prefill(&m.llama, &context, context.len(), needs_q)?;
                 let mut answers = Vec::new();
+                let mut retrieval = Vec::new();
                 for &kind in &kinds {
                     let cfg = args.policy.config(kind);
                     let mut dec = Decoder::new(
@@ -110,6 +128,21 @@ pub fn run(args: PasskeyArgs) -> anyhow::Result<()> {
                             logits = dec.step(next)?;
                         }
                     }
+                    if let Some(r) = dec.retrieval() {
+                        let st = &r.stats;
+                        if let (Some(recall), Some(mass_ratio)) = (st.recall(), st.mass_ratio()) {
+                            let rest = context
+                                .len()
+                                .saturating_sub(r.config().sink + r.config().window);
+                            retrieval.push(TrialRetrieval {
+                                policy: kind.name().to_string(),
+                                recall,
+                                mass_ratio,
+                                scanned: st.distance_computations as f64
+                                    / (st.selections.max(1) as f64 * rest.max(1) as f64),
+                            });
+                        }
+                    }
                     let text = m.tokenizer.decode(&answer)?;
                     let ok = text.contains(&key);
                     eprintln!(
@@ -126,6 +159,7 @@ pub fn run(args: PasskeyArgs) -> anyhow::Result<()> {
                     depth,
                     key,
                     answers,
+                    retrieval,
                 });
             }
         }
@@ -144,12 +178,23 @@ pub fn run(args: PasskeyArgs) -> anyhow::Result<()> {
                 })
                 .collect();
             let successes = trials.iter().filter(|t| t.answers[i].2).count();
+            let of_policy: Vec<&TrialRetrieval> = trials
+                .iter()
+                .flat_map(|t| t.retrieval.iter().filter(|r| r.policy == kind.name()))
+                .collect();
+            let mean = |f: fn(&TrialRetrieval) -> f64| {
+                (!of_policy.is_empty())
+                    .then(|| of_policy.iter().map(|r| f(r)).sum::<f64>() / of_policy.len() as f64)
+            };
             Summary {
                 policy: kind.name().to_string(),
                 successes,
                 trials: trials.len(),
                 rate: successes as f64 / trials.len().max(1) as f64,
                 by_length,
+                recall: mean(|r| r.recall),
+                mass_ratio: mean(|r| r.mass_ratio),
+                scanned: mean(|r| r.scanned),
             }
         })
         .collect();
@@ -157,14 +202,21 @@ pub fn run(args: PasskeyArgs) -> anyhow::Result<()> {
     for len in &args.lengths {
         print!(" {len} tokens |");
     }
-    println!(" all |");
-    println!("|---|{}---|", "---|".repeat(args.lengths.len()));
+    println!(" all | recall@k | mass ratio | scanned |");
+    println!("|---|{}---|---|---|---|", "---|".repeat(args.lengths.len()));
     for s in &summaries {
         print!("| {} |", s.policy);
         for (_, ok, n) in &s.by_length {
             print!(" {ok}/{n} |");
         }
-        println!(" {}/{} ({:.0}%) |", s.successes, s.trials, 100.0 * s.rate);
+        print!(" {}/{} ({:.0}%) |", s.successes, s.trials, 100.0 * s.rate);
+        let cell = |x: Option<f64>| x.map_or("—".to_string(), |x| format!("{x:.4}"));
+        println!(
+            " {} | {} | {} |",
+            cell(s.recall),
+            cell(s.mass_ratio),
+            cell(s.scanned)
+        );
     }
     if let Some(path) = &args.json {
         let json = serde_json::json!({

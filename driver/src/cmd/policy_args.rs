@@ -1,6 +1,7 @@
 //! Attention-policy arguments shared by `eval`, `passkey` and `demo`.
 
 use clap::Args;
+use qkindex::attention::Prune;
 use qkindex::ReTopKParams;
 use qkindex_driver::retrieval::{PolicyConfig, PolicyKind, RestKind};
 
@@ -76,6 +77,9 @@ pub struct PolicyArgs {
     /// Skip the per-step scoring of every key (no mass and recall figures).
     #[arg(long)]
     pub no_measure: bool,
+    /// Edge pruning of the AttentionIndex that `index-topk` builds.
+    #[arg(long, value_enum, default_value_t = PruneArg::OcclusionFill)]
+    pub prune: PruneArg,
 }
 
 impl PolicyArgs {
@@ -121,6 +125,7 @@ impl PolicyArgs {
             },
             tail_samples: self.tail_samples,
             step_seeds: self.step_seeds,
+            prune: self.prune.into(),
         }
     }
 }
@@ -129,4 +134,51 @@ impl PolicyArgs {
 pub enum StoreType {
     F16,
     F32,
+}
+
+/// [`Prune`] on the command line.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum PruneArg {
+    /// The best-ranked candidates (the library default).
+    Top,
+    /// Inner-product occlusion only.
+    Occlusion,
+    /// Occlusion, then the free slots filled with the best-ranked dropped candidates.
+    OcclusionFill,
+}
+
+impl From<PruneArg> for Prune {
+    fn from(p: PruneArg) -> Prune {
+        match p {
+            PruneArg::Top => Prune::Top,
+            PruneArg::Occlusion => Prune::Occlusion,
+            PruneArg::OcclusionFill => Prune::OcclusionFill,
+        }
+    }
+}
+
+/// The name on the command line (`top`, `occlusion`, `occlusion-fill`), as build-cache keys
+/// spell it.
+impl std::fmt::Display for PruneArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use clap::ValueEnum;
+        match self.to_possible_value() {
+            Some(v) => f.write_str(v.get_name()),
+            None => write!(f, "{self:?}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prune_names_are_the_command_line_names() {
+        // Build-cache keys embed these names: `top` must stay `top`.
+        assert_eq!(PruneArg::Top.to_string(), "top");
+        assert_eq!(PruneArg::Occlusion.to_string(), "occlusion");
+        assert_eq!(PruneArg::OcclusionFill.to_string(), "occlusion-fill");
+        assert_eq!(Prune::from(PruneArg::OcclusionFill), Prune::OcclusionFill);
+    }
 }

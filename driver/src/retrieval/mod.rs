@@ -117,6 +117,10 @@ pub struct PolicyConfig {
     /// Graph searches also start from this many of the keys the same query head retrieved at
     /// the previous step (consecutive decode queries are alike; 0: none).
     pub step_seeds: usize,
+    /// How the AttentionIndex of `index-topk` prunes its edges (decode queries at a question
+    /// leave the prefill's distribution: occlusion-fill keeps the routes into isolated spans
+    /// that plain top pruning drops; docs/DECODING.md §5b).
+    pub prune: qkindex::attention::Prune,
 }
 
 fn dtype_name<S: serde::Serializer>(d: &qkindex::Dtype, s: S) -> Result<S::Ok, S::Error> {
@@ -141,6 +145,7 @@ impl PolicyConfig {
             store: qkindex::Dtype::F16,
             tail_samples: 0,
             step_seeds: 0,
+            prune: qkindex::attention::Prune::OcclusionFill,
         }
     }
 
@@ -410,7 +415,13 @@ impl Retrieval {
                         } else {
                             cfg.store
                         };
-                        Some(RestIndex::build(kind, rest_keys, hd, &train, dtype)?)
+                        let attention = qkindex::AttentionParams {
+                            prune: cfg.prune,
+                            ..Default::default()
+                        };
+                        Some(RestIndex::build(
+                            kind, rest_keys, hd, &train, dtype, &attention,
+                        )?)
                     }
                 };
                 let mut guides = VecDeque::new();

@@ -50,13 +50,14 @@ pub enum RestIndex {
 
 impl RestIndex {
     /// Builds an index of `kind` over `keys` (`n × dim` row-major), with `train_queries` for the
-    /// kinds that learn from queries.
+    /// kinds that learn from queries (`attention`: the AttentionIndex's build parameters).
     pub fn build(
         kind: RestKind,
         keys: Vec<f32>,
         dim: usize,
         train_queries: &[f32],
         dtype: Dtype,
+        attention: &AttentionParams,
     ) -> qkindex::Result<Self> {
         let store = Arc::new(match dtype {
             Dtype::F32 => KeyStore::from_f32(keys, dim)?,
@@ -75,7 +76,7 @@ impl RestIndex {
             RestKind::Attention => Ok(RestIndex::Attention(AttentionIndex::build(
                 store,
                 train_queries,
-                &AttentionParams::default(),
+                attention,
                 crate::knn::backend()?,
             )?)),
             RestKind::Flat => Ok(RestIndex::Flat(FlatIndex::new(store))),

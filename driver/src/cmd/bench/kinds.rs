@@ -8,7 +8,7 @@
 use super::BenchArgs;
 use anyhow::{bail, Result};
 use clap::Args;
-use qkindex::attention::{EntryRule, Projection, Prune};
+use qkindex::attention::{EntryRule, Projection};
 use qkindex::io::AnyIndex;
 use qkindex::ivf::Assignment;
 use qkindex::{
@@ -367,11 +367,7 @@ fn attention_params(kind: &str, args: &BenchArgs) -> AttentionParams {
         projection: Projection::Rank {
             window: args.window,
         },
-        prune: if args.prune == "occlusion" {
-            Prune::Occlusion
-        } else {
-            Prune::Top
-        },
+        prune: args.prune.into(),
         entry: if args.recent_queries > 0 {
             EntryRule::RecentHub {
                 queries: args.recent_queries,

@@ -8,6 +8,7 @@
 mod cache;
 pub(crate) mod kinds;
 
+use super::policy_args::PruneArg;
 use crate::report::{self, BenchReport, Row};
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -100,9 +101,9 @@ pub struct BenchArgs {
     /// all of them).
     #[arg(long, default_value_t = 0)]
     pub recent_queries: usize,
-    /// AttentionIndex: pruning rule (top or occlusion).
-    #[arg(long, default_value = "top")]
-    pub prune: String,
+    /// AttentionIndex: pruning rule.
+    #[arg(long, value_enum, default_value_t = PruneArg::Top)]
+    pub prune: PruneArg,
     /// AttentionIndex: sequence edges to each side.
     #[arg(long, default_value_t = 1)]
     pub sequence_edges: usize,
