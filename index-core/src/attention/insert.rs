@@ -75,16 +75,8 @@ impl AttentionIndex {
         }
         let kept = match self.params.prune {
             Prune::Top => cands,
-            Prune::Occlusion => occlusion(key, &cands, &self.keys),
-            Prune::OcclusionFill => {
-                let mut kept = occlusion(key, &cands, &self.keys);
-                for &c in &cands {
-                    if !kept.contains(&c) {
-                        kept.push(c);
-                    }
-                }
-                kept
-            }
+            Prune::Occlusion => occlusion(key, &cands, &self.keys, false),
+            Prune::OcclusionFill => occlusion(key, &cands, &self.keys, true),
         };
         for c in kept {
             if out.len() >= max_degree {
@@ -226,7 +218,9 @@ impl AttentionIndex {
 
 /// The build's occlusion rule with the new key as the pivot: candidate `c` is dropped when an
 /// already-kept neighbour `s` has `s·c > key·c`.
-fn occlusion(key: &[f32], cands: &[u32], keys: &KeyStore) -> Vec<u32> {
+/// The candidates occlusion keeps, in rank order; with `fill`, followed by the ones it dropped
+/// (in rank order too), as [`Prune::OcclusionFill`] takes them.
+fn occlusion(key: &[f32], cands: &[u32], keys: &KeyStore, fill: bool) -> Vec<u32> {
     let dot = kernels().dot_f32;
     let dim = keys.dim();
     let rows: Vec<Vec<f32>> = cands
@@ -238,11 +232,14 @@ fn occlusion(key: &[f32], cands: &[u32], keys: &KeyStore) -> Vec<u32> {
         })
         .collect();
     let mut kept: Vec<usize> = Vec::new();
+    let mut dropped: Vec<usize> = Vec::new();
     for (i, r) in rows.iter().enumerate() {
         let kc = dot(key, r);
         if kept.iter().all(|&s| dot(&rows[s], r) <= kc) {
             kept.push(i);
+        } else if fill {
+            dropped.push(i);
         }
     }
-    kept.into_iter().map(|i| cands[i]).collect()
+    kept.into_iter().chain(dropped).map(|i| cands[i]).collect()
 }
