@@ -4,9 +4,10 @@
 //! |---|---|
 //! | `error.rs` | [`ModelError`], the typed errors of everything below |
 //! | `gguf.rs` | GGUF reader (metadata, tensor table, mmap) and a small writer for tests |
-//! | `quant.rs` | ggml types; dequantization of F32, F16, Q4_1, Q8_0 |
+//! | `quant.rs` | ggml types; dequantization of F32, F16, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K |
 //! | `weights.rs` | [`Config`] from metadata; f32 weights; undoing llama.cpp's q/k row permutation |
-//! | `tokenizer.rs` | byte-level BPE from the GGUF vocabulary; the chat template |
+//! | `tokenizer.rs` | the model's tokenizer (byte-level BPE or SentencePiece); the chat template |
+//! | `spm.rs` | SentencePiece segmentation from a GGUF `llama` vocabulary (Gemma 3) |
 //! | `ops.rs` | RMSNorm, RoPE, linear layers, SwiGLU, causal GQA attention |
 //! | `simd.rs` | vectorizable f32 loops, AVX2+FMA or portable, chosen at run time |
 //! | `llama.rs` | the forward pass with a KV cache and per-layer q/k/v capture; the [`Backend`] trait |
@@ -19,6 +20,7 @@ pub mod llama;
 pub mod ops;
 pub mod quant;
 pub mod simd;
+pub mod spm;
 pub mod tokenizer;
 pub mod weights;
 

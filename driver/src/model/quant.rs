@@ -4,12 +4,22 @@
 //! - `Q4_1`: 32 weights in 20 bytes: `d: f16`, `m: f16`, then 16 bytes of nibbles. Byte `j` holds
 //!   weight `j` in its low nibble and weight `j + 16` in its high nibble; `x = q * d + m`.
 //! - `Q8_0`: 32 weights in 34 bytes: `d: f16`, then 32 `i8`; `x = q * d`.
+//! - `Q5_0`: 32 weights in 22 bytes: `d: f16`, `qh: u32` (bit `j` is the fifth bit of weight `j`),
+//!   then 16 bytes of nibbles laid out as in `Q4_1`; `x = (q − 16) * d`.
+//! - `Q4_K`: 256 weights in 144 bytes: `d: f16`, `dmin: f16`, 12 bytes of eight 6-bit
+//!   (scale, min) pairs, 128 bytes of nibbles. Each 64 weights read 32 bytes: the low nibbles are
+//!   the first 32 weights (pair `2i`), the high nibbles the next 32 (pair `2i + 1`);
+//!   `x = d * scale * q − dmin * min`.
+//! - `Q6_K`: 256 weights in 210 bytes: 128 bytes of low nibbles `ql`, 64 bytes of high bit pairs
+//!   `qh`, 16 `i8` scales (one per 16 weights), `d: f16`; `x = d * scale * (q − 32)`.
 //! - `F16` / `F32`: plain little-endian values.
 
 use half::f16;
 
-/// Weights per quantization block of the block types (`QK4_1`, `QK8_0`).
+/// Weights per quantization block of the block types (`QK4_1`, `QK5_0`, `QK8_0`).
 pub const QK: usize = 32;
+/// Weights per super-block of the k-quants (`QK_K`).
+pub const QK_K: usize = 256;
 
 /// A ggml tensor type. Only the supported ones have variants; the rest keep their id (and a name for
 /// error messages).
@@ -18,7 +28,10 @@ pub enum GgmlType {
     F32,
     F16,
     Q4_1,
+    Q5_0,
     Q8_0,
+    Q4K,
+    Q6K,
     /// Any other ggml type id (readable metadata, not dequantizable here).
     Other(u32),
 }
@@ -30,7 +43,10 @@ impl GgmlType {
             0 => Self::F32,
             1 => Self::F16,
             3 => Self::Q4_1,
+            6 => Self::Q5_0,
             8 => Self::Q8_0,
+            12 => Self::Q4K,
+            14 => Self::Q6K,
             other => Self::Other(other),
         }
     }
@@ -41,7 +57,10 @@ impl GgmlType {
             Self::F32 => 0,
             Self::F16 => 1,
             Self::Q4_1 => 3,
+            Self::Q5_0 => 6,
             Self::Q8_0 => 8,
+            Self::Q4K => 12,
+            Self::Q6K => 14,
             Self::Other(id) => id,
         }
     }
@@ -79,7 +98,10 @@ impl GgmlType {
             Self::F32 => Some((1, 4)),
             Self::F16 => Some((1, 2)),
             Self::Q4_1 => Some((QK, 4 + QK / 2)),
+            Self::Q5_0 => Some((QK, 2 + 4 + QK / 2)),
             Self::Q8_0 => Some((QK, 2 + QK)),
+            Self::Q4K => Some((QK_K, 2 + 2 + 12 + QK_K / 2)),
+            Self::Q6K => Some((QK_K, QK_K / 2 + QK_K / 4 + QK_K / 16 + 2)),
             Self::Other(_) => None,
         }
     }
@@ -137,9 +159,98 @@ pub fn dequantize_into(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> bool {
                 }
             }
         }
+        GgmlType::Q5_0 => {
+            for (out, block) in dst.chunks_exact_mut(QK).zip(src.chunks_exact(22)) {
+                let d = f16_at(block, 0);
+                let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+                let (lo, hi) = out.split_at_mut(QK / 2);
+                for (j, &q) in block[6..].iter().enumerate() {
+                    let h0 = ((qh >> j) & 1) << 4;
+                    let h1 = ((qh >> (j + 16)) & 1) << 4;
+                    lo[j] = ((u32::from(q & 0x0F) | h0) as i32 - 16) as f32 * d;
+                    hi[j] = ((u32::from(q >> 4) | h1) as i32 - 16) as f32 * d;
+                }
+            }
+        }
+        GgmlType::Q4K => {
+            for (out, block) in dst.chunks_exact_mut(QK_K).zip(src.chunks_exact(144)) {
+                dequantize_q4k_block(block, out);
+            }
+        }
+        GgmlType::Q6K => {
+            for (out, block) in dst.chunks_exact_mut(QK_K).zip(src.chunks_exact(210)) {
+                dequantize_q6k_block(block, out);
+            }
+        }
         GgmlType::Other(_) => return false,
     }
     true
+}
+
+/// Scale and min `j` (0..8) of a `Q4_K` block's 12 packed bytes: pairs 0–3 are the low six bits
+/// of bytes `j` and `j + 4`; pairs 4–7 take their low four bits from byte `j + 4` and their top
+/// two from the spare bits of bytes `j − 4` and `j`.
+fn q4k_scale_min(j: usize, packed: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (packed[j] & 63, packed[j + 4] & 63)
+    } else {
+        (
+            (packed[j + 4] & 0x0F) | ((packed[j - 4] >> 6) << 4),
+            (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4),
+        )
+    }
+}
+
+/// One `Q4_K` super-block (144 bytes) into 256 weights.
+fn dequantize_q4k_block(block: &[u8], out: &mut [f32]) {
+    let d = f16_at(block, 0);
+    let dmin = f16_at(block, 2);
+    let packed = &block[4..16];
+    let qs = &block[16..144];
+    for (i, (chunk, q)) in out
+        .chunks_exact_mut(64)
+        .zip(qs.chunks_exact(32))
+        .enumerate()
+    {
+        let (s0, m0) = q4k_scale_min(2 * i, packed);
+        let (s1, m1) = q4k_scale_min(2 * i + 1, packed);
+        let (d0, d1) = (d * f32::from(s0), d * f32::from(s1));
+        let (n0, n1) = (dmin * f32::from(m0), dmin * f32::from(m1));
+        let (lo, hi) = chunk.split_at_mut(32);
+        for (l, &b) in q.iter().enumerate() {
+            lo[l] = d0 * f32::from(b & 0x0F) - n0;
+            hi[l] = d1 * f32::from(b >> 4) - n1;
+        }
+    }
+}
+
+/// One `Q6_K` super-block (210 bytes) into 256 weights: each half of 128 weights reads 64 bytes of
+/// `ql`, 32 of `qh` and 8 scales; within it, weight `l + 32·r` (r = 0..4) takes the low or high
+/// nibble of `ql[l]` / `ql[l + 32]` and bit pair `r` of `qh[l]`.
+fn dequantize_q6k_block(block: &[u8], out: &mut [f32]) {
+    let (ql, rest) = block.split_at(QK_K / 2);
+    let (qh, rest) = rest.split_at(QK_K / 4);
+    let (scales, dbytes) = rest.split_at(QK_K / 16);
+    let d = f16_at(dbytes, 0);
+    for (half, chunk) in out.chunks_exact_mut(128).enumerate() {
+        let ql = &ql[half * 64..half * 64 + 64];
+        let qh = &qh[half * 32..half * 32 + 32];
+        let sc = &scales[half * 8..half * 8 + 8];
+        for l in 0..32 {
+            let h = qh[l];
+            let q = [
+                (ql[l] & 0x0F) | ((h & 3) << 4),
+                (ql[l + 32] & 0x0F) | (((h >> 2) & 3) << 4),
+                (ql[l] >> 4) | (((h >> 4) & 3) << 4),
+                (ql[l + 32] >> 4) | (((h >> 6) & 3) << 4),
+            ];
+            let is = l / 16;
+            for (r, &qr) in q.iter().enumerate() {
+                let scale = f32::from(sc[is + 2 * r] as i8);
+                chunk[l + 32 * r] = d * scale * (i32::from(qr) - 32) as f32;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -202,10 +313,14 @@ mod tests {
         let mut out = [0f32; 32];
         assert!(!dequantize_into(GgmlType::Q4_1, &[0u8; 19], &mut out));
         assert!(!dequantize_into(GgmlType::Q8_0, &[0u8; 20], &mut out));
-        assert!(!dequantize_into(GgmlType::Other(12), &[0u8; 144], &mut out));
+        assert!(!dequantize_into(GgmlType::Other(2), &[0u8; 18], &mut out));
+        assert!(!dequantize_into(GgmlType::Q4K, &[0u8; 144], &mut out));
         let mut odd = [0f32; 31];
         assert!(!dequantize_into(GgmlType::Q4_1, &[0u8; 20], &mut odd));
-        assert_eq!(GgmlType::from_id(12).name(), "Q4_K");
+        assert_eq!(GgmlType::from_id(12), GgmlType::Q4K);
+        assert_eq!(GgmlType::Q4K.name(), "Q4_K");
+        assert_eq!(GgmlType::Q6K.bytes_for(512), Some(420));
+        assert_eq!(GgmlType::Q5_0.bytes_for(64), Some(44));
         assert_eq!(GgmlType::Q4_1.bytes_for(64), Some(40));
     }
 }

@@ -1,5 +1,6 @@
 //! The model's tokenizer, built from the GGUF vocabulary (`tokenizer.ggml.tokens`, `.merges`,
-//! `.token_type`) with the `tokenizers` crate: byte-level BPE.
+//! `.token_type`): byte-level BPE with the `tokenizers` crate (`tokenizer.ggml.model = "gpt2"`,
+//! SmolLM2), or SentencePiece from tokens and scores ([`super::spm`], `"llama"`, Gemma 3).
 //!
 //! Pre-tokenizer for `tokenizer.ggml.pre = "smollm"` (llama.cpp `LLAMA_VOCAB_PRE_TYPE_SMOLLM`, the
 //! Hugging Face `tokenizer.json` of SmolLM2): every digit split on its own, then the GPT-2 byte-level
@@ -14,7 +15,8 @@ use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::{AddedToken, Tokenizer};
 
 use super::error::{ModelError, Result};
-use super::gguf::GgufFile;
+use super::gguf::{GgufFile, MetaValue};
+use super::spm::SpmTokenizer;
 
 /// `token_type` of control tokens in GGUF (`LLAMA_TOKEN_TYPE_CONTROL`).
 const TOKEN_TYPE_CONTROL: u64 = 3;
@@ -26,12 +28,19 @@ pub const DEFAULT_SYSTEM: &str =
 /// Tokenizer plus the token facts the driver needs (control ids, end-of-turn id).
 #[derive(Debug)]
 pub struct ModelTokenizer {
-    inner: Tokenizer,
+    inner: Inner,
     /// `is_control[id]`: the token is a control token (suppressed in greedy dumps).
     pub is_control: Vec<bool>,
     /// `tokenizer.ggml.eos_token_id` (`<|im_end|>` for SmolLM2-Instruct).
     pub eos_id: u32,
     pub vocab_size: usize,
+}
+
+/// The segmentation behind a [`ModelTokenizer`].
+#[derive(Debug)]
+enum Inner {
+    Bpe(Box<Tokenizer>),
+    Spm(SpmTokenizer),
 }
 
 fn tok_err(e: impl std::fmt::Display) -> ModelError {
@@ -42,10 +51,12 @@ impl ModelTokenizer {
     /// Builds the tokenizer from a GGUF file's metadata.
     pub fn from_gguf(g: &GgufFile) -> Result<Self> {
         let model = g.meta_str("tokenizer.ggml.model")?;
-        if model != "gpt2" {
+        if model != "gpt2" && model != "llama" {
             return Err(ModelError::Metadata {
                 key: "tokenizer.ggml.model".into(),
-                reason: format!("{model:?}: only byte-level BPE (gpt2) is supported"),
+                reason: format!(
+                    "{model:?}: only byte-level BPE (gpt2) and SentencePiece (llama) are supported"
+                ),
             });
         }
         let pre = g.meta_str("tokenizer.ggml.pre").unwrap_or("default");
@@ -63,13 +74,68 @@ impl ModelTokenizer {
                 .collect()
         };
         let tokens = strings("tokenizer.ggml.tokens")?;
-        let merges = strings("tokenizer.ggml.merges")?;
         let types: Vec<u64> = match g.meta_array("tokenizer.ggml.token_type") {
             Ok(a) => a.iter().map(|v| v.as_u64().unwrap_or(1)).collect(),
             Err(_) => vec![1; tokens.len()],
         };
         let eos_id = g.meta_u64("tokenizer.ggml.eos_token_id")? as u32;
+        if model == "llama" {
+            return Self::from_spm_gguf(g, tokens, types, eos_id);
+        }
+        let merges = strings("tokenizer.ggml.merges")?;
         Self::build(&tokens, &merges, &types, eos_id, pre)
+    }
+
+    /// The SentencePiece tokenizer of a `llama`-model vocabulary (scores, no merges).
+    fn from_spm_gguf(
+        g: &GgufFile,
+        tokens: Vec<String>,
+        types: Vec<u64>,
+        eos_id: u32,
+    ) -> Result<Self> {
+        let scores = g
+            .meta_array("tokenizer.ggml.scores")?
+            .iter()
+            .map(|v| {
+                v.as_f64()
+                    .map(|x| x as f32)
+                    .ok_or_else(|| ModelError::Metadata {
+                        key: "tokenizer.ggml.scores".into(),
+                        reason: "holds a non-number".into(),
+                    })
+            })
+            .collect::<Result<Vec<f32>>>()?;
+        let flag = |key: &str, default: bool| match g.meta(key) {
+            Ok(MetaValue::Bool(b)) => *b,
+            Ok(v) => v.as_u64().map_or(default, |x| x != 0),
+            Err(_) => default,
+        };
+        let bos = if flag("tokenizer.ggml.add_bos_token", true) {
+            Some(g.meta_u64("tokenizer.ggml.bos_token_id")? as u32)
+        } else {
+            None
+        };
+        let vocab_size = tokens.len();
+        if eos_id as usize >= vocab_size {
+            return Err(ModelError::TokenId {
+                id: eos_id.into(),
+                vocab: vocab_size,
+            });
+        }
+        let is_control = types.iter().map(|&t| t == TOKEN_TYPE_CONTROL).collect();
+        let spm = SpmTokenizer::new(
+            tokens,
+            scores,
+            types,
+            bos,
+            flag("tokenizer.ggml.add_space_prefix", false),
+        )?;
+        Ok(Self {
+            inner: Inner::Spm(spm),
+            is_control,
+            eos_id,
+            vocab_size,
+        })
     }
 
     /// Builds the tokenizer from a vocabulary (id = index), `"left right"` merges, GGUF token
@@ -136,7 +202,7 @@ impl ModelTokenizer {
             });
         }
         Ok(Self {
-            inner,
+            inner: Inner::Bpe(Box::new(inner)),
             is_control,
             eos_id,
             vocab_size: tokens.len(),
@@ -145,13 +211,18 @@ impl ModelTokenizer {
 
     /// Token ids of `text`; control-token strings in it (e.g. `<|im_start|>`) become their ids.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self.inner.encode(text, false).map_err(tok_err)?;
-        Ok(enc.get_ids().to_vec())
+        match &self.inner {
+            Inner::Bpe(t) => Ok(t.encode(text, false).map_err(tok_err)?.get_ids().to_vec()),
+            Inner::Spm(t) => t.encode(text),
+        }
     }
 
     /// Text of `ids`, control tokens included as their strings.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        self.inner.decode(ids, false).map_err(tok_err)
+        match &self.inner {
+            Inner::Bpe(t) => t.decode(ids, false).map_err(tok_err),
+            Inner::Spm(t) => t.decode(ids),
+        }
     }
 
     /// An incremental decoder that yields text as soon as it forms valid UTF-8 (for streaming).
