@@ -22,11 +22,14 @@ fn fixtures() -> Option<(PathBuf, PathBuf)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let dump = root.join("../shared/data/smollm2-public-8k");
     let model = root.join("models").join(DEFAULT_MODEL_FILE);
+    let ci = std::env::var_os("CI").is_some();
     if !dump.join("manifest.json").is_file() {
+        assert!(!ci, "CI: reference dump missing at {}", dump.display());
         println!("SKIP: reference dump not found at {}", dump.display());
         return None;
     }
     if !model.is_file() {
+        assert!(!ci, "CI: model missing at {}", model.display());
         println!(
             "SKIP: model not found at {} (run scripts/get-model.sh)",
             model.display()
