@@ -1,8 +1,11 @@
 //! x86-64 kernels: AVX2+FMA+F16C (8 lanes) and AVX-512F (16 lanes).
 //!
-//! The `unsafe` inner functions carry `#[target_feature]`; the safe wrappers are only handed out
-//! by [`available`] after `is_x86_feature_detected!` confirmed the features, so they never run on
-//! a CPU that lacks them. Loads are unaligned and stay inside the slices (tails go scalar).
+//! Each instruction set's inner products are `#[target_feature]` functions, written once by
+//! `dot_kernel!` (and, for the four-row range blocks of AVX-512, `dot4_kernel!`);
+//! `kernel_set!` builds a [`Kernels`] from them, with the gather and range loops compiled for
+//! the same features. Those sets are only handed out by [`available`] after
+//! `is_x86_feature_detected!` confirmed the features, so they never run on a CPU that lacks them.
+//! Loads are unaligned and stay inside the slices (tails go scalar or masked).
 
 use super::Kernels;
 use half::f16;
@@ -12,34 +15,213 @@ use std::arch::x86_64::*;
 pub(super) fn available() -> Vec<Kernels> {
     let mut out = Vec::new();
     if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("f16c") {
-        out.push(Kernels {
-            isa: "avx512",
-            dot_f32: dot_f32_avx512,
-            dot_f16: dot_f16_avx512,
-            gather_f32: gather_f32_avx512,
-            gather_f16: gather_f16_avx512,
-            range_f32: range_f32_avx512,
-            range_f16: range_f16_avx512,
-        });
+        // SAFETY: avx512f and f16c were just detected (avx512f implies avx2 and fma).
+        out.push(unsafe { avx512_kernels() });
     }
     if is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")
         && is_x86_feature_detected!("f16c")
     {
-        out.push(Kernels {
-            isa: "avx2",
-            dot_f32: dot_f32_avx2,
-            dot_f16: dot_f16_avx2,
-            gather_f32: gather_f32_avx2,
-            gather_f16: gather_f16_avx2,
-            range_f32: range_f32_avx2,
-            range_f16: range_f16_avx2,
-        });
+        // SAFETY: avx2, fma and f16c were just detected.
+        out.push(unsafe { avx2_kernels() });
     }
     out
 }
 
+/// Defines `unsafe fn $name(a: &[f32], b: &[$t]) -> f32`, `a · b` in `$w`-lane vectors: two
+/// accumulators over steps of `2·$w` lanes, one more `$w`-lane step into the first, the two
+/// added and reduced by `$hsum`, then the scalar tail. With `masked: $fma`, the tail is instead
+/// one masked step `$fma` into the second accumulator before the reduction.
+macro_rules! dot_kernel {
+    (
+        $(#[$doc:meta])*
+        $name:ident($t:ty), $features:literal, lanes $w:literal,
+        $zero:ident, $fmadd:ident, $add:ident, $hsum:ident, $load_a:ident, $load_b:ident
+        $(, masked: $masked:ident)?
+    ) => {
+        $(#[$doc])*
+        #[target_feature(enable = $features)]
+        unsafe fn $name(a: &[f32], b: &[$t]) -> f32 {
+            let n = a.len().min(b.len());
+            let (pa, pb) = (a.as_ptr(), b.as_ptr());
+            let mut acc0 = $zero();
+            let mut acc1 = $zero();
+            let mut i = 0;
+            // SAFETY: every full load reads `$w` values at i..i+$w <= n of both slices; the masked
+            // tail reads only the lanes below n - i.
+            unsafe {
+                while i + 2 * $w <= n {
+                    acc0 = $fmadd($load_a(pa.add(i)), $load_b(pb.add(i)), acc0);
+                    acc1 = $fmadd($load_a(pa.add(i + $w)), $load_b(pb.add(i + $w)), acc1);
+                    i += 2 * $w;
+                }
+                if i + $w <= n {
+                    acc0 = $fmadd($load_a(pa.add(i)), $load_b(pb.add(i)), acc0);
+                    i += $w;
+                }
+                $(
+                    if i < n {
+                        acc1 = $masked(pa.add(i), pb.add(i), n - i, acc1);
+                        i = n;
+                    }
+                )?
+            }
+            let mut s = $hsum($add(acc0, acc1));
+            while i < n {
+                s += a[i] * f32::from(b[i]);
+                i += 1;
+            }
+            s
+        }
+    };
+}
+
+/// Defines `unsafe fn $name(q: &[f32], rows: &[$t], dim: usize, out: &mut [f32])`: the AVX-512
+/// scores of four consecutive rows (`rows` holds `4 · dim` values, `dim` a multiple of 16), each
+/// summed exactly as the one-row kernel sums it (the same steps, and [`hsum512x4`]'s tree).
+macro_rules! dot4_kernel {
+    ($(#[$doc:meta])* $name:ident($t:ty), $load:ident) => {
+        $(#[$doc])*
+        #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+        unsafe fn $name(q: &[f32], rows: &[$t], dim: usize, out: &mut [f32]) {
+            debug_assert!(dim.is_multiple_of(16) && rows.len() >= 4 * dim && q.len() >= dim);
+            let (pq, pr) = (q.as_ptr(), rows.as_ptr());
+            let z = _mm512_setzero_ps();
+            let (mut a0, mut a1, mut a2, mut a3) = (z, z, z, z);
+            let (mut b0, mut b1, mut b2, mut b3) = (z, z, z, z);
+            let mut i = 0;
+            // SAFETY: every load reads 16 values at i..i+16 <= dim of q and of one of the four
+            // rows.
+            unsafe {
+                let k = |j: usize| $load(pr.add(j));
+                while i + 32 <= dim {
+                    let (x, y) = (_mm512_loadu_ps(pq.add(i)), _mm512_loadu_ps(pq.add(i + 16)));
+                    a0 = _mm512_fmadd_ps(x, k(i), a0);
+                    b0 = _mm512_fmadd_ps(y, k(i + 16), b0);
+                    a1 = _mm512_fmadd_ps(x, k(dim + i), a1);
+                    b1 = _mm512_fmadd_ps(y, k(dim + i + 16), b1);
+                    a2 = _mm512_fmadd_ps(x, k(2 * dim + i), a2);
+                    b2 = _mm512_fmadd_ps(y, k(2 * dim + i + 16), b2);
+                    a3 = _mm512_fmadd_ps(x, k(3 * dim + i), a3);
+                    b3 = _mm512_fmadd_ps(y, k(3 * dim + i + 16), b3);
+                    i += 32;
+                }
+                if i + 16 <= dim {
+                    let x = _mm512_loadu_ps(pq.add(i));
+                    a0 = _mm512_fmadd_ps(x, k(i), a0);
+                    a1 = _mm512_fmadd_ps(x, k(dim + i), a1);
+                    a2 = _mm512_fmadd_ps(x, k(2 * dim + i), a2);
+                    a3 = _mm512_fmadd_ps(x, k(3 * dim + i), a3);
+                }
+            }
+            hsum512x4(
+                _mm512_add_ps(a0, b0),
+                _mm512_add_ps(a1, b1),
+                _mm512_add_ps(a2, b2),
+                _mm512_add_ps(a3, b3),
+                out,
+            );
+        }
+    };
+}
+
+/// Defines `unsafe fn $set() -> Kernels`, one instruction set's kernels: its dot kernels, and
+/// gather and range loops compiled for `$features` around them (`range: single` scores one row at
+/// a time, `range: blocks($four)` four rows per step through `$four`, see [`range_blocks`]).
+/// The defined function is unsafe: the function pointers it returns may only be called on a CPU
+/// with `$features`.
+macro_rules! kernel_set {
+    (
+        $(#[$doc:meta])*
+        $set:ident, $isa:literal, $features:literal,
+        f32: ($dot_f32:ident, range: $range_f32:ident $(($four_f32:ident))?),
+        f16: ($dot_f16:ident, range: $range_f16:ident $(($four_f16:ident))?) $(,)?
+    ) => {
+        $(#[$doc])*
+        unsafe fn $set() -> Kernels {
+            scan_loops!($features, f32, $dot_f32, gather_f32, range_f32, $range_f32 $(($four_f32))?);
+            scan_loops!($features, f16, $dot_f16, gather_f16, range_f16, $range_f16 $(($four_f16))?);
+            Kernels {
+                isa: $isa,
+                // SAFETY: the caller of this function vouches for the features.
+                dot_f32: |a, b| unsafe { $dot_f32(a, b) },
+                // SAFETY: the caller of this function vouches for the features.
+                dot_f16: |a, b| unsafe { $dot_f16(a, b) },
+                // SAFETY: the caller of this function vouches for the features.
+                gather_f32: |q, keys, dim, ids, out| unsafe { gather_f32(q, keys, dim, ids, out) },
+                // SAFETY: the caller of this function vouches for the features.
+                gather_f16: |q, keys, dim, ids, out| unsafe { gather_f16(q, keys, dim, ids, out) },
+                // SAFETY: the caller of this function vouches for the features.
+                range_f32: |q, rows, dim, out| unsafe { range_f32(q, rows, dim, out) },
+                // SAFETY: the caller of this function vouches for the features.
+                range_f16: |q, rows, dim, out| unsafe { range_f16(q, rows, dim, out) },
+            }
+        }
+    };
+}
+
+/// The gather and range loops of one key type `$t` over the dot kernel `$dot`, compiled for
+/// `$features` so that the kernel inlines into them.
+macro_rules! scan_loops {
+    ($features:literal, $t:ty, $dot:ident, $gather:ident, $range:ident, $how:ident $(($four:ident))?) => {
+        #[target_feature(enable = $features)]
+        fn $gather(q: &[f32], keys: &[$t], dim: usize, ids: &[u32], out: &mut [f32]) {
+            // SAFETY: same target features as this function.
+            gather_rows(keys, dim, ids, out, |row| unsafe { $dot(q, row) })
+        }
+        #[target_feature(enable = $features)]
+        fn $range(q: &[f32], rows: &[$t], dim: usize, out: &mut [f32]) {
+            range_loop!($how $(($four))?, q, rows, dim, out, $dot)
+        }
+    };
+}
+
+/// The body of a range kernel: `single` (one row at a time) or `blocks(four)`.
+macro_rules! range_loop {
+    (single, $q:ident, $rows:ident, $dim:ident, $out:ident, $dot:ident) => {
+        // SAFETY: same target features as this function.
+        range_rows($rows, $dim, $out, |row| unsafe { $dot($q, row) })
+    };
+    (blocks($four:ident), $q:ident, $rows:ident, $dim:ident, $out:ident, $dot:ident) => {
+        range_blocks(
+            $q,
+            $rows,
+            $dim,
+            $out,
+            // SAFETY: same target features; `range_blocks` passes 4 rows of a `dim` that is a
+            // multiple of 16.
+            |block, o| unsafe { $four($q, block, $dim, o) },
+            // SAFETY: same target features as this function.
+            |row| unsafe { $dot($q, row) },
+        )
+    };
+}
+
 // ---------------------------------------------------------------- AVX2 + FMA + F16C
+
+kernel_set!(
+    /// The AVX2 + FMA + F16C kernels (8 lanes).
+    avx2_kernels, "avx2", "avx2,fma,f16c",
+    f32: (dot_f32_avx2, range: single),
+    f16: (dot_f16_avx2, range: single),
+);
+
+dot_kernel!(
+    dot_f32_avx2(f32), "avx2,fma,f16c", lanes 8,
+    _mm256_setzero_ps, _mm256_fmadd_ps, _mm256_add_ps, hsum256, _mm256_loadu_ps, _mm256_loadu_ps
+);
+dot_kernel!(
+    dot_f16_avx2(f16), "avx2,fma,f16c", lanes 8,
+    _mm256_setzero_ps, _mm256_fmadd_ps, _mm256_add_ps, hsum256, _mm256_loadu_ps, load8_f16
+);
+
+/// Eight halves at `p`, converted to f32.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn load8_f16(p: *const f16) -> __m256 {
+    // SAFETY: the caller vouches for 8 halves (16 bytes) at `p`; f16 is a 2-byte plain value.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
+}
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn hsum256(v: __m256) -> f32 {
@@ -51,123 +233,45 @@ fn hsum256(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_f32_avx2_inner(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    let (pa, pb) = (a.as_ptr(), b.as_ptr());
-    let mut acc0 = _mm256_setzero_ps();
-    let mut acc1 = _mm256_setzero_ps();
-    let mut i = 0;
-    // SAFETY: every load reads 8 floats at offsets i..i+8 <= n, inside both slices.
-    unsafe {
-        while i + 16 <= n {
-            acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc0);
-            acc1 = _mm256_fmadd_ps(
-                _mm256_loadu_ps(pa.add(i + 8)),
-                _mm256_loadu_ps(pb.add(i + 8)),
-                acc1,
-            );
-            i += 16;
-        }
-        if i + 8 <= n {
-            acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc0);
-            i += 8;
-        }
-    }
-    let mut s = hsum256(_mm256_add_ps(acc0, acc1));
-    while i < n {
-        s += a[i] * b[i];
-        i += 1;
-    }
-    s
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_f16_avx2_inner(a: &[f32], b: &[f16]) -> f32 {
-    let n = a.len().min(b.len());
-    let pa = a.as_ptr();
-    let pb = b.as_ptr() as *const __m128i;
-    let mut acc0 = _mm256_setzero_ps();
-    let mut acc1 = _mm256_setzero_ps();
-    let mut i = 0;
-    // SAFETY: each f32 load reads a[i..i+8] and each f16 load reads 16 bytes = b[i..i+8], both
-    // with i + 8 <= n; f16 is a 2-byte plain value, so the cast pointer reads valid memory.
-    unsafe {
-        while i + 16 <= n {
-            let k0 = _mm256_cvtph_ps(_mm_loadu_si128(pb.byte_add(2 * i)));
-            let k1 = _mm256_cvtph_ps(_mm_loadu_si128(pb.byte_add(2 * (i + 8))));
-            acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), k0, acc0);
-            acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i + 8)), k1, acc1);
-            i += 16;
-        }
-        if i + 8 <= n {
-            let k0 = _mm256_cvtph_ps(_mm_loadu_si128(pb.byte_add(2 * i)));
-            acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), k0, acc0);
-            i += 8;
-        }
-    }
-    let mut s = hsum256(_mm256_add_ps(acc0, acc1));
-    while i < n {
-        s += a[i] * b[i].to_f32();
-        i += 1;
-    }
-    s
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn gather_f32_avx2_inner(q: &[f32], keys: &[f32], dim: usize, ids: &[u32], out: &mut [f32]) {
-    // Request every row first so that their cache misses overlap.
-    for &id in ids {
-        prefetch_row(
-            keys.as_ptr().cast(),
-            id as usize * dim * 4,
-            dim * 4,
-            keys.len() * 4,
-        );
-    }
-    for (o, &id) in out.iter_mut().zip(ids) {
-        let start = id as usize * dim;
-        // SAFETY: same target features as this function.
-        *o = unsafe { dot_f32_avx2_inner(q, &keys[start..start + dim]) };
-    }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn gather_f16_avx2_inner(q: &[f32], keys: &[f16], dim: usize, ids: &[u32], out: &mut [f32]) {
-    // Request every row first so that their cache misses overlap.
-    for &id in ids {
-        prefetch_row(
-            keys.as_ptr().cast(),
-            id as usize * dim * 2,
-            dim * 2,
-            keys.len() * 2,
-        );
-    }
-    for (o, &id) in out.iter_mut().zip(ids) {
-        let start = id as usize * dim;
-        // SAFETY: same target features as this function.
-        *o = unsafe { dot_f16_avx2_inner(q, &keys[start..start + dim]) };
-    }
-}
-
-fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
-    // SAFETY: handed out by `available` only when avx2, fma and f16c are detected.
-    unsafe { dot_f32_avx2_inner(a, b) }
-}
-fn dot_f16_avx2(a: &[f32], b: &[f16]) -> f32 {
-    // SAFETY: handed out by `available` only when avx2, fma and f16c are detected.
-    unsafe { dot_f16_avx2_inner(a, b) }
-}
-fn gather_f32_avx2(q: &[f32], keys: &[f32], dim: usize, ids: &[u32], out: &mut [f32]) {
-    // SAFETY: handed out by `available` only when avx2, fma and f16c are detected.
-    unsafe { gather_f32_avx2_inner(q, keys, dim, ids, out) }
-}
-fn gather_f16_avx2(q: &[f32], keys: &[f16], dim: usize, ids: &[u32], out: &mut [f32]) {
-    // SAFETY: handed out by `available` only when avx2, fma and f16c are detected.
-    unsafe { gather_f16_avx2_inner(q, keys, dim, ids, out) }
-}
-
 // ---------------------------------------------------------------- AVX-512F
+
+kernel_set!(
+    /// The AVX-512F kernels (16 lanes; range scans four rows per step).
+    avx512_kernels, "avx512", "avx512f,avx2,fma,f16c",
+    f32: (dot_f32_avx512, range: blocks(dot4_f32_avx512)),
+    f16: (dot_f16_avx512, range: blocks(dot4_f16_avx512)),
+);
+
+dot_kernel!(
+    dot_f32_avx512(f32), "avx512f,avx2,fma,f16c", lanes 16,
+    _mm512_setzero_ps, _mm512_fmadd_ps, _mm512_add_ps, hsum512, _mm512_loadu_ps, _mm512_loadu_ps,
+    masked: fma16_masked
+);
+dot_kernel!(
+    dot_f16_avx512(f16), "avx512f,avx2,fma,f16c", lanes 16,
+    _mm512_setzero_ps, _mm512_fmadd_ps, _mm512_add_ps, hsum512, _mm512_loadu_ps, load16_f16
+);
+dot4_kernel!(dot4_f32_avx512(f32), _mm512_loadu_ps);
+dot4_kernel!(dot4_f16_avx512(f16), load16_f16);
+
+/// Sixteen halves at `p`, converted to f32.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[inline]
+unsafe fn load16_f16(p: *const f16) -> __m512 {
+    // SAFETY: the caller vouches for 16 halves (32 bytes) at `p`; f16 is a 2-byte plain value.
+    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p.cast()) })
+}
+
+/// `acc + a · b` over the first `len` (< 16) lanes at `pa` and `pb`; the other lanes read nothing.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[inline]
+unsafe fn fma16_masked(pa: *const f32, pb: *const f32, len: usize, acc: __m512) -> __m512 {
+    let m: __mmask16 = (1u32 << len) as u16 - 1;
+    // SAFETY: the caller vouches for `len` floats at `pa` and at `pb`; the masked loads read no
+    // other lane.
+    let (x, y) = unsafe { (_mm512_maskz_loadu_ps(m, pa), _mm512_maskz_loadu_ps(m, pb)) };
+    _mm512_fmadd_ps(x, y, acc)
+}
 
 /// Sum of the 16 lanes in a fixed tree: halves (lane j + j+8), then quarters (j + j+4), then
 /// pairs. [`hsum512x4`] adds four vectors in exactly this order, so that a row's score is
@@ -213,266 +317,33 @@ fn hsum512x4(v0: __m512, v1: __m512, v2: __m512, v3: __m512, out: &mut [f32]) {
     out[..4].copy_from_slice(&four);
 }
 
-/// Scores of four consecutive rows (`rows` holds `4 · dim` values, `dim` a multiple of 16),
-/// summed exactly as [`dot_f32_avx512_inner`] sums one row.
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
-unsafe fn dot4_f32_avx512(q: &[f32], rows: &[f32], dim: usize, out: &mut [f32]) {
-    debug_assert!(dim.is_multiple_of(16) && rows.len() >= 4 * dim && q.len() >= dim);
-    let (pq, pr) = (q.as_ptr(), rows.as_ptr());
-    let z = _mm512_setzero_ps();
-    let (mut a0, mut a1, mut a2, mut a3) = (z, z, z, z);
-    let (mut b0, mut b1, mut b2, mut b3) = (z, z, z, z);
-    let mut i = 0;
-    // SAFETY: every load reads 16 floats at i..i+16 <= dim of q and of one of the four rows.
-    unsafe {
-        while i + 32 <= dim {
-            let (x, y) = (_mm512_loadu_ps(pq.add(i)), _mm512_loadu_ps(pq.add(i + 16)));
-            a0 = _mm512_fmadd_ps(x, _mm512_loadu_ps(pr.add(i)), a0);
-            b0 = _mm512_fmadd_ps(y, _mm512_loadu_ps(pr.add(i + 16)), b0);
-            a1 = _mm512_fmadd_ps(x, _mm512_loadu_ps(pr.add(dim + i)), a1);
-            b1 = _mm512_fmadd_ps(y, _mm512_loadu_ps(pr.add(dim + i + 16)), b1);
-            a2 = _mm512_fmadd_ps(x, _mm512_loadu_ps(pr.add(2 * dim + i)), a2);
-            b2 = _mm512_fmadd_ps(y, _mm512_loadu_ps(pr.add(2 * dim + i + 16)), b2);
-            a3 = _mm512_fmadd_ps(x, _mm512_loadu_ps(pr.add(3 * dim + i)), a3);
-            b3 = _mm512_fmadd_ps(y, _mm512_loadu_ps(pr.add(3 * dim + i + 16)), b3);
-            i += 32;
-        }
-        if i + 16 <= dim {
-            let x = _mm512_loadu_ps(pq.add(i));
-            a0 = _mm512_fmadd_ps(x, _mm512_loadu_ps(pr.add(i)), a0);
-            a1 = _mm512_fmadd_ps(x, _mm512_loadu_ps(pr.add(dim + i)), a1);
-            a2 = _mm512_fmadd_ps(x, _mm512_loadu_ps(pr.add(2 * dim + i)), a2);
-            a3 = _mm512_fmadd_ps(x, _mm512_loadu_ps(pr.add(3 * dim + i)), a3);
-        }
-    }
-    hsum512x4(
-        _mm512_add_ps(a0, b0),
-        _mm512_add_ps(a1, b1),
-        _mm512_add_ps(a2, b2),
-        _mm512_add_ps(a3, b3),
-        out,
-    );
-}
+// ---------------------------------------------------------------- loops shared by both sets
 
-/// [`dot4_f32_avx512`] for f16 rows, summed exactly as [`dot_f16_avx512_inner`] sums one row.
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
-unsafe fn dot4_f16_avx512(q: &[f32], rows: &[f16], dim: usize, out: &mut [f32]) {
-    debug_assert!(dim.is_multiple_of(16) && rows.len() >= 4 * dim && q.len() >= dim);
-    let pq = q.as_ptr();
-    let pr = rows.as_ptr() as *const __m256i;
-    let z = _mm512_setzero_ps();
-    let (mut a0, mut a1, mut a2, mut a3) = (z, z, z, z);
-    let (mut b0, mut b1, mut b2, mut b3) = (z, z, z, z);
-    let mut i = 0;
-    // SAFETY: every load reads 16 floats of q and 16 halves (32 bytes) of one of the four rows
-    // at i..i+16 <= dim.
-    unsafe {
-        let k = |j: usize| _mm512_cvtph_ps(_mm256_loadu_si256(pr.byte_add(2 * j)));
-        while i + 32 <= dim {
-            let (x, y) = (_mm512_loadu_ps(pq.add(i)), _mm512_loadu_ps(pq.add(i + 16)));
-            a0 = _mm512_fmadd_ps(x, k(i), a0);
-            b0 = _mm512_fmadd_ps(y, k(i + 16), b0);
-            a1 = _mm512_fmadd_ps(x, k(dim + i), a1);
-            b1 = _mm512_fmadd_ps(y, k(dim + i + 16), b1);
-            a2 = _mm512_fmadd_ps(x, k(2 * dim + i), a2);
-            b2 = _mm512_fmadd_ps(y, k(2 * dim + i + 16), b2);
-            a3 = _mm512_fmadd_ps(x, k(3 * dim + i), a3);
-            b3 = _mm512_fmadd_ps(y, k(3 * dim + i + 16), b3);
-            i += 32;
-        }
-        if i + 16 <= dim {
-            let x = _mm512_loadu_ps(pq.add(i));
-            a0 = _mm512_fmadd_ps(x, k(i), a0);
-            a1 = _mm512_fmadd_ps(x, k(dim + i), a1);
-            a2 = _mm512_fmadd_ps(x, k(2 * dim + i), a2);
-            a3 = _mm512_fmadd_ps(x, k(3 * dim + i), a3);
-        }
-    }
-    hsum512x4(
-        _mm512_add_ps(a0, b0),
-        _mm512_add_ps(a1, b1),
-        _mm512_add_ps(a2, b2),
-        _mm512_add_ps(a3, b3),
-        out,
-    );
-}
-
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
-unsafe fn dot_f32_avx512_inner(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    let (pa, pb) = (a.as_ptr(), b.as_ptr());
-    let mut acc0 = _mm512_setzero_ps();
-    let mut acc1 = _mm512_setzero_ps();
-    let mut i = 0;
-    // SAFETY: every full load reads 16 floats at i..i+16 <= n; the masked tail load reads only
-    // the lanes below n - i.
-    unsafe {
-        while i + 32 <= n {
-            acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), _mm512_loadu_ps(pb.add(i)), acc0);
-            acc1 = _mm512_fmadd_ps(
-                _mm512_loadu_ps(pa.add(i + 16)),
-                _mm512_loadu_ps(pb.add(i + 16)),
-                acc1,
-            );
-            i += 32;
-        }
-        if i + 16 <= n {
-            acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), _mm512_loadu_ps(pb.add(i)), acc0);
-            i += 16;
-        }
-        if i < n {
-            let m: __mmask16 = (1u32 << (n - i)) as u16 - 1;
-            let x = _mm512_maskz_loadu_ps(m, pa.add(i));
-            let y = _mm512_maskz_loadu_ps(m, pb.add(i));
-            acc1 = _mm512_fmadd_ps(x, y, acc1);
-        }
-    }
-    hsum512(_mm512_add_ps(acc0, acc1))
-}
-
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
-unsafe fn dot_f16_avx512_inner(a: &[f32], b: &[f16]) -> f32 {
-    let n = a.len().min(b.len());
-    let pa = a.as_ptr();
-    let pb = b.as_ptr() as *const __m256i;
-    let mut acc0 = _mm512_setzero_ps();
-    let mut acc1 = _mm512_setzero_ps();
-    let mut i = 0;
-    // SAFETY: each full step reads a[i..i+16] and 32 bytes = b[i..i+16] with i + 16 <= n; the
-    // masked tail loads read only lanes below n - i.
-    unsafe {
-        while i + 32 <= n {
-            let k0 = _mm512_cvtph_ps(_mm256_loadu_si256(pb.byte_add(2 * i)));
-            let k1 = _mm512_cvtph_ps(_mm256_loadu_si256(pb.byte_add(2 * (i + 16))));
-            acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), k0, acc0);
-            acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i + 16)), k1, acc1);
-            i += 32;
-        }
-        if i + 16 <= n {
-            let k0 = _mm512_cvtph_ps(_mm256_loadu_si256(pb.byte_add(2 * i)));
-            acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), k0, acc0);
-            i += 16;
-        }
-    }
-    let mut s = hsum512(_mm512_add_ps(acc0, acc1));
-    while i < n {
-        s += a[i] * b[i].to_f32();
-        i += 1;
-    }
-    s
-}
-
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
-unsafe fn gather_f32_avx512_inner(
-    q: &[f32],
-    keys: &[f32],
-    dim: usize,
-    ids: &[u32],
-    out: &mut [f32],
-) {
-    // Request every row first so that their cache misses overlap.
+/// The gather loop (inlined into each set's `#[target_feature]` kernel): requests every row
+/// first so that their cache misses overlap, then scores each row `ids[i]` with `dot`.
+#[inline(always)]
+fn gather_rows<T>(keys: &[T], dim: usize, ids: &[u32], out: &mut [f32], dot: impl Fn(&[T]) -> f32) {
+    let size = std::mem::size_of::<T>();
     for &id in ids {
         prefetch_row(
             keys.as_ptr().cast(),
-            id as usize * dim * 4,
-            dim * 4,
-            keys.len() * 4,
+            id as usize * dim * size,
+            dim * size,
+            std::mem::size_of_val(keys),
         );
     }
     for (o, &id) in out.iter_mut().zip(ids) {
         let start = id as usize * dim;
-        // SAFETY: same target features as this function.
-        *o = unsafe { dot_f32_avx512_inner(q, &keys[start..start + dim]) };
+        *o = dot(&keys[start..start + dim]);
     }
 }
 
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
-unsafe fn gather_f16_avx512_inner(
-    q: &[f32],
-    keys: &[f16],
-    dim: usize,
-    ids: &[u32],
-    out: &mut [f32],
-) {
-    // Request every row first so that their cache misses overlap.
-    for &id in ids {
-        prefetch_row(
-            keys.as_ptr().cast(),
-            id as usize * dim * 2,
-            dim * 2,
-            keys.len() * 2,
-        );
-    }
-    for (o, &id) in out.iter_mut().zip(ids) {
-        let start = id as usize * dim;
-        // SAFETY: same target features as this function.
-        *o = unsafe { dot_f16_avx512_inner(q, &keys[start..start + dim]) };
-    }
-}
-
-fn dot_f32_avx512(a: &[f32], b: &[f32]) -> f32 {
-    // SAFETY: handed out by `available` only when avx512f and f16c are detected.
-    unsafe { dot_f32_avx512_inner(a, b) }
-}
-fn dot_f16_avx512(a: &[f32], b: &[f16]) -> f32 {
-    // SAFETY: handed out by `available` only when avx512f and f16c are detected.
-    unsafe { dot_f16_avx512_inner(a, b) }
-}
-fn gather_f32_avx512(q: &[f32], keys: &[f32], dim: usize, ids: &[u32], out: &mut [f32]) {
-    // SAFETY: handed out by `available` only when avx512f and f16c are detected.
-    unsafe { gather_f32_avx512_inner(q, keys, dim, ids, out) }
-}
-fn gather_f16_avx512(q: &[f32], keys: &[f16], dim: usize, ids: &[u32], out: &mut [f32]) {
-    // SAFETY: handed out by `available` only when avx512f and f16c are detected.
-    unsafe { gather_f16_avx512_inner(q, keys, dim, ids, out) }
-}
-
-/// Prefetches the cache lines of one key row (`row_bytes` long at byte `offset` of a buffer of
-/// `total_bytes`) into L1; does nothing when the row lies outside the buffer.
+/// The plain range loop: `out[i] = dot(rows[i])`, one row at a time.
 #[inline(always)]
-fn prefetch_row(base: *const i8, offset: usize, row_bytes: usize, total_bytes: usize) {
-    if offset + row_bytes > total_bytes {
-        return;
-    }
-    let mut line = 0;
-    while line < row_bytes {
-        // SAFETY: prefetch never faults, and the address lies inside the buffer (checked above).
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(base.add(offset + line)) };
-        line += 64;
-    }
-}
-
-/// Prefetches every cache line of `values` into L1.
-#[inline(always)]
-pub(super) fn prefetch_slice<T>(values: &[T]) {
-    let bytes = std::mem::size_of_val(values);
-    prefetch_row(values.as_ptr().cast(), 0, bytes, bytes);
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-fn range_f32_avx2_inner(q: &[f32], rows: &[f32], dim: usize, out: &mut [f32]) {
+fn range_rows<T>(rows: &[T], dim: usize, out: &mut [f32], dot: impl Fn(&[T]) -> f32) {
     for (o, row) in out.iter_mut().zip(rows.chunks_exact(dim)) {
-        // SAFETY: same target features as this function.
-        *o = unsafe { dot_f32_avx2_inner(q, row) };
+        *o = dot(row);
     }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-fn range_f16_avx2_inner(q: &[f32], rows: &[f16], dim: usize, out: &mut [f32]) {
-    for (o, row) in out.iter_mut().zip(rows.chunks_exact(dim)) {
-        // SAFETY: same target features as this function.
-        *o = unsafe { dot_f16_avx2_inner(q, row) };
-    }
-}
-
-fn range_f32_avx2(q: &[f32], rows: &[f32], dim: usize, out: &mut [f32]) {
-    // SAFETY: handed out by `available` only when the features are detected.
-    unsafe { range_f32_avx2_inner(q, rows, dim, out) }
-}
-
-fn range_f16_avx2(q: &[f32], rows: &[f16], dim: usize, out: &mut [f32]) {
-    // SAFETY: handed out by `available` only when the features are detected.
-    unsafe { range_f16_avx2_inner(q, rows, dim, out) }
 }
 
 /// The loop of the AVX-512 range scans: four rows per step through `four` when `dim` is a
@@ -499,50 +370,27 @@ fn range_blocks<T>(
     {
         four(block, o);
     }
-    for (o, row) in out[blocked..n]
-        .iter_mut()
-        .zip(rows[blocked * dim..].chunks_exact(dim))
-    {
-        *o = one(row);
+    range_rows(&rows[blocked * dim..], dim, &mut out[blocked..n], one);
+}
+
+/// Prefetches the cache lines of one key row (`row_bytes` long at byte `offset` of a buffer of
+/// `total_bytes`) into L1; does nothing when the row lies outside the buffer.
+#[inline(always)]
+fn prefetch_row(base: *const i8, offset: usize, row_bytes: usize, total_bytes: usize) {
+    if offset + row_bytes > total_bytes {
+        return;
+    }
+    let mut line = 0;
+    while line < row_bytes {
+        // SAFETY: prefetch never faults, and the address lies inside the buffer (checked above).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(base.add(offset + line)) };
+        line += 64;
     }
 }
 
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
-fn range_f32_avx512_inner(q: &[f32], rows: &[f32], dim: usize, out: &mut [f32]) {
-    range_blocks(
-        q,
-        rows,
-        dim,
-        out,
-        // SAFETY: same target features; `range_blocks` passes 4 rows of a `dim` that is a
-        // multiple of 16.
-        |block, o| unsafe { dot4_f32_avx512(q, block, dim, o) },
-        // SAFETY: same target features as this function.
-        |row| unsafe { dot_f32_avx512_inner(q, row) },
-    )
-}
-
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
-fn range_f16_avx512_inner(q: &[f32], rows: &[f16], dim: usize, out: &mut [f32]) {
-    range_blocks(
-        q,
-        rows,
-        dim,
-        out,
-        // SAFETY: same target features; `range_blocks` passes 4 rows of a `dim` that is a
-        // multiple of 16.
-        |block, o| unsafe { dot4_f16_avx512(q, block, dim, o) },
-        // SAFETY: same target features as this function.
-        |row| unsafe { dot_f16_avx512_inner(q, row) },
-    )
-}
-
-fn range_f32_avx512(q: &[f32], rows: &[f32], dim: usize, out: &mut [f32]) {
-    // SAFETY: handed out by `available` only when the features are detected.
-    unsafe { range_f32_avx512_inner(q, rows, dim, out) }
-}
-
-fn range_f16_avx512(q: &[f32], rows: &[f16], dim: usize, out: &mut [f32]) {
-    // SAFETY: handed out by `available` only when the features are detected.
-    unsafe { range_f16_avx512_inner(q, rows, dim, out) }
+/// Prefetches every cache line of `values` into L1.
+#[inline(always)]
+pub(super) fn prefetch_slice<T>(values: &[T]) {
+    let bytes = std::mem::size_of_val(values);
+    prefetch_row(values.as_ptr().cast(), 0, bytes, bytes);
 }

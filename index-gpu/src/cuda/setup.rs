@@ -1,0 +1,158 @@
+//! Opening a device and setting a [`CudaKnn`] up: the kernels compiled by NVRTC and loaded,
+//! the streams and cuBLAS; then per call the kernel path and the chunk and tile sizes.
+
+use super::{CudaKnn, CudaKnnOptions, Gpu, KernelPath};
+use crate::kernels::{self, FUSED_BM, FUSED_BN};
+use crate::{GpuError, Result};
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::CudaContext;
+use std::sync::{Arc, Mutex};
+
+/// Opens CUDA device `ordinal` for this crate's kernels (compute capability 8.0 or newer). Fails
+/// with [`GpuError::Unavailable`] and the reason where there is no usable GPU.
+pub fn open_device(ordinal: usize) -> Result<(Arc<CudaContext>, (i32, i32))> {
+    // SAFETY: probes whether the driver library loads; no symbol is called.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(GpuError::Unavailable(
+            "the CUDA driver library (libcuda.so) is not installed".to_string(),
+        ));
+    }
+    let count = CudaContext::device_count()
+        .map_err(|e| GpuError::Unavailable(format!("the CUDA driver reports {e:?}")))?;
+    if ordinal >= count.max(0) as usize {
+        return Err(GpuError::Unavailable(format!(
+            "device cuda:{ordinal} requested, {count} CUDA device(s) present"
+        )));
+    }
+    let ctx = CudaContext::new(ordinal).map_err(|e| GpuError::cuda("opening the device", e))?;
+    let capability = ctx
+        .compute_capability()
+        .map_err(|e| GpuError::cuda("reading the compute capability", e))?;
+    if capability.0 < 8 {
+        return Err(GpuError::Unavailable(format!(
+            "compute capability {}.{}: the kernels need 8.0 or newer (mma.sync m16n8k16)",
+            capability.0, capability.1
+        )));
+    }
+    Ok((ctx, capability))
+}
+
+impl CudaKnn {
+    /// Opens device `ordinal`, compiles the kernels with NVRTC and loads them. Fails with
+    /// [`GpuError::Unavailable`] (and the reason) where there is no usable GPU.
+    pub fn new(ordinal: usize) -> Result<Self> {
+        let (ctx, capability) = open_device(ordinal)?;
+        let device_name = ctx.name().unwrap_or_else(|_| "unknown".to_string());
+        let ptx = kernels::compile_topk(capability)?;
+        let module = ctx
+            .load_module(ptx)
+            .map_err(|e| GpuError::cuda("loading kernels/topk.cu", e))?;
+        let load = |name: &'static str| {
+            module
+                .load_function(name)
+                .map_err(|e| GpuError::cuda("loading a kernel", (name, e)))
+        };
+        let (init, select, fused) = (
+            load("topk_init")?,
+            load("topk_select_tile")?,
+            load("fused_score_topk")?,
+        );
+        let smem_optin = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .map_err(|e| GpuError::cuda("reading the shared-memory limit", e))?
+            .max(0) as usize;
+        let compute = ctx
+            .new_stream()
+            .map_err(|e| GpuError::cuda("creating a stream", e))?;
+        let copy = ctx
+            .new_stream()
+            .map_err(|e| GpuError::cuda("creating a stream", e))?;
+        // cuBLAS is only needed by the GEMM path; without it the fused path still runs.
+        // SAFETY: probes whether the cuBLAS library loads; no symbol is called.
+        let blas = if unsafe { cudarc::cublas::sys::is_culib_present() } {
+            Some(CudaBlas::new(compute.clone()).map_err(|e| GpuError::cuda("cuBLAS init", e))?)
+        } else {
+            None
+        };
+        Ok(CudaKnn {
+            name: format!("cuda:{ordinal}"),
+            device_name,
+            options: CudaKnnOptions::default(),
+            gpu: Mutex::new(Gpu {
+                ctx,
+                compute,
+                copy,
+                blas,
+                init,
+                select,
+                fused,
+                smem_optin,
+            }),
+        })
+    }
+
+    pub(super) fn resolve_path(&self, gpu: &Gpu, dp: usize) -> Result<KernelPath> {
+        let fused_fits = dp <= 128 && kernels::fused_smem_bytes(dp) <= gpu.smem_optin;
+        match self.options.path {
+            KernelPath::Fused if !fused_fits => Err(GpuError::Input(format!(
+                "the fused kernel needs dim ≤ 128 (padded {dp}); use the gemm path"
+            ))),
+            KernelPath::Gemm if gpu.blas.is_none() => Err(GpuError::Unavailable(
+                "the GEMM path needs cuBLAS (libcublas.so.13), which is not on the library path"
+                    .to_string(),
+            )),
+            KernelPath::Auto if fused_fits => Ok(KernelPath::Fused),
+            KernelPath::Auto if gpu.blas.is_none() => Err(GpuError::Unavailable(format!(
+                "dim {dp} needs the GEMM path, and cuBLAS (libcublas.so.13) is not on the \
+                 library path"
+            ))),
+            KernelPath::Auto => Ok(KernelPath::Gemm),
+            p => Ok(p),
+        }
+    }
+
+    /// Queries per chunk: a quarter of the queries (so that copies overlap), at least 4,096 and
+    /// at most 32,768, bounded by memory for the result lists.
+    pub(super) fn query_chunk(
+        &self,
+        gpu: &Gpu,
+        path: KernelPath,
+        m: usize,
+        n: usize,
+        dp: usize,
+        k: usize,
+    ) -> Result<usize> {
+        if self.options.query_chunk > 0 {
+            return Ok(self.options.query_chunk.next_multiple_of(FUSED_BM));
+        }
+        let (free, _) = gpu
+            .ctx
+            .mem_get_info()
+            .map_err(|e| GpuError::cuda("reading free memory", e))?;
+        let keys_bytes = n.next_multiple_of(FUSED_BN) * dp * 2;
+        let budget = free.saturating_sub(keys_bytes) / 4;
+        // Per query: its f16 row, its result lists, and (gemm) a row of the score tile.
+        let tile_row = if path == KernelPath::Gemm {
+            4 * n.min(65_536)
+        } else {
+            0
+        };
+        let per_query = 2 * dp + 8 * k + tile_row;
+        let by_memory = (budget / per_query.max(1)).max(FUSED_BM);
+        let target = m.div_ceil(4).clamp(4096, 32_768);
+        Ok(target.min(by_memory).next_multiple_of(FUSED_BM))
+    }
+
+    /// Keys per GEMM tile: the score tile (chunk × tile f32) takes at most a quarter of free memory
+    /// and 4 GiB.
+    pub(super) fn key_tile(&self, gpu: &Gpu, chunk: usize, n: usize) -> Result<usize> {
+        let (free, _) = gpu
+            .ctx
+            .mem_get_info()
+            .map_err(|e| GpuError::cuda("reading free memory", e))?;
+        let budget = (free / 4).min(4 << 30);
+        let cols = (budget / (4 * chunk)).max(256) / 256 * 256;
+        Ok(cols.min(n.next_multiple_of(256)))
+    }
+}
