@@ -130,3 +130,107 @@ impl StepObserver for SeededProbe {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::model::DecodeAttention;
+    use crate::retrieval::{PolicyKind, Retrieval, Shape};
+
+    const SHAPE: Shape = Shape {
+        n_layers: 2,
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 16,
+    };
+
+    /// Counts the events it sees.
+    #[derive(Debug)]
+    struct Count(Arc<AtomicUsize>);
+
+    impl StepObserver for Count {
+        fn on_select(
+            &mut self,
+            _: &SelectEvent<'_>,
+            _: &mut RetrievalStats,
+        ) -> Result<(), ModelError> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    /// ReTopK with its exact path into an AttentionIndex over synthetic keys: the outputs of
+    /// `steps` decode steps and the statistics, with `observer` installed.
+    fn decode(observer: Option<Box<dyn StepObserver>>, steps: usize) -> (Vec<f32>, RetrievalStats) {
+        let (n0, hd) = (300, SHAPE.head_dim);
+        let cap = n0 + steps;
+        let mut rng = qkindex::synth::Rng::new(7);
+        let mut values = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.normal()).collect() };
+        let kv = SHAPE.n_kv_heads * cap * hd;
+        let (k, v) = (values(kv), values(kv));
+        let width = SHAPE.n_heads * hd;
+        let prefill_q: Vec<Vec<f32>> = (0..SHAPE.n_layers).map(|_| values(n0 * width)).collect();
+        let decode_q = values(steps * SHAPE.n_layers * width);
+        let cfg = PolicyConfig {
+            sink: 16,
+            window: 64,
+            k: 24,
+            retopk_index: true,
+            ..PolicyConfig::new(PolicyKind::Retopk)
+        };
+        let keys_of = |_: usize, g: usize| k[g * cap * hd..(g * cap + n0) * hd].to_vec();
+        let knn = crate::knn::backend().expect("a kNN backend");
+        let mut r =
+            Retrieval::new(cfg, SHAPE, &keys_of, n0, &prefill_q, knn, |_, _| {}).expect("policy");
+        if let Some(o) = observer {
+            r.set_observer(o);
+        }
+        let mut outputs = Vec::new();
+        for (t, q) in decode_q.chunks_exact(SHAPE.n_layers * width).enumerate() {
+            for (layer, q) in q.chunks_exact(width).enumerate() {
+                let mut out = vec![0f32; width];
+                r.attend(layer, n0 + t, q, &k, &v, cap, &mut out)
+                    .expect("attend");
+                outputs.extend(out);
+            }
+        }
+        (outputs, r.stats)
+    }
+
+    #[test]
+    fn probes_see_every_head_and_change_nothing_they_do_not_report() {
+        let steps = 8;
+        let (plain_out, plain) = decode(None, steps);
+        let (probed_out, probed) = decode(Some(Box::new(SeededProbe::default())), steps);
+        assert_eq!(plain_out, probed_out, "the probe changed the step's output");
+        assert_eq!(plain.distance_computations, probed.distance_computations);
+        assert_eq!(plain.recall_sum, probed.recall_sum);
+        let (a, b) = (
+            plain.retopk.expect("retopk counts"),
+            probed.retopk.expect("retopk counts"),
+        );
+        assert_eq!(
+            (a.reuse, a.low_similarity, a.refresh),
+            (b.reuse, b.low_similarity, b.refresh)
+        );
+        assert_eq!(a.exact_distance_computations, b.exact_distance_computations);
+        // Without the probe its fields stay empty; with it every seeded fallback is searched
+        // again without seeds, at the same ef and at the wider ones.
+        assert_eq!((a.seeded_selections, a.unseeded_hops), (0, 0));
+        assert!(a.wider.is_empty());
+        assert!(b.seeded_selections > 0, "{b:?}");
+        assert!(b.unseeded_distance_computations > 0 && b.unseeded_recall_sum > 0.0);
+        let efs: Vec<usize> = b.wider.iter().map(|w| w.ef).collect();
+        assert_eq!(efs, [160, 192, 256]);
+        // An observer sees each (layer, KV head) once per step.
+        let seen = Arc::new(AtomicUsize::new(0));
+        decode(Some(Box::new(Count(seen.clone()))), steps);
+        assert_eq!(
+            seen.load(Ordering::Relaxed),
+            steps * SHAPE.n_layers * SHAPE.n_kv_heads
+        );
+    }
+}
