@@ -86,6 +86,7 @@ impl<'m> Decoder<'m> {
                 &cache_keys(&cache, hd),
                 cache.len(),
                 &prefill.q,
+                crate::knn::backend().map_err(qkindex::Error::from)?,
                 |layer, g| progress(layer * llama.cfg.n_kv_heads + g + 1, total),
             )?),
         };
@@ -140,6 +141,11 @@ impl<'m> Decoder<'m> {
     /// The policy's state (None for `full`).
     pub fn retrieval(&self) -> Option<&Retrieval> {
         self.retrieval.as_ref()
+    }
+
+    /// The policy's state, to install an observer (None for `full`).
+    pub fn retrieval_mut(&mut self) -> Option<&mut Retrieval> {
+        self.retrieval.as_mut()
     }
 
     /// The policy's statistics (None for `full`).

@@ -13,6 +13,11 @@ const SHAPE: Shape = Shape {
     head_dim: 16,
 };
 
+/// The exact kNN of index builds (the CPU unless the process chose a device).
+fn knn() -> &'static dyn qkindex::KnnBackend {
+    qkindex_driver::knn::backend().expect("a kNN backend")
+}
+
 /// Deterministic values in [-1, 1) (splitmix64).
 fn values(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;
@@ -89,10 +94,18 @@ fn check(kind: PolicyKind, index: RestKind) {
         ..PolicyConfig::new(kind)
     };
     let keys_of = |_layer: usize, g: usize| k[g * cap * hd..(g * cap + n0) * hd].to_vec();
-    let mut plain =
-        Retrieval::new(cfg.clone(), SHAPE, &keys_of, n0, &prefill_q, |_, _| {}).expect("policy");
+    let mut plain = Retrieval::new(
+        cfg.clone(),
+        SHAPE,
+        &keys_of,
+        n0,
+        &prefill_q,
+        knn(),
+        |_, _| {},
+    )
+    .expect("policy");
     let mut split =
-        Retrieval::new(cfg, SHAPE, &keys_of, n0, &prefill_q, |_, _| {}).expect("policy");
+        Retrieval::new(cfg, SHAPE, &keys_of, n0, &prefill_q, knn(), |_, _| {}).expect("policy");
     for t in 0..steps {
         let pos = n0 + t;
         for layer in 0..SHAPE.n_layers {
@@ -163,7 +176,7 @@ fn dense_layers_attend_everything_themselves() {
     let q: Vec<Vec<f32>> = (0..SHAPE.n_layers)
         .map(|l| values(n0 * width, 20 + l as u64))
         .collect();
-    let r = Retrieval::new(cfg, SHAPE, &keys_of, n0, &q, |_, _| {}).expect("policy");
+    let r = Retrieval::new(cfg, SHAPE, &keys_of, n0, &q, knn(), |_, _| {}).expect("policy");
     assert!(r.static_set(1, n0).is_none());
     assert_eq!(r.static_set(0, n0), Some((16, n0 + 1 - 64)));
 }

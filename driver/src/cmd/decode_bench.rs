@@ -118,6 +118,7 @@ pub fn run(args: DecodeBenchArgs) -> anyhow::Result<()> {
             &keys_of,
             n,
             std::slice::from_ref(&pq),
+            qkindex_driver::knn::backend()?,
             |_, _| {},
         )?;
         let (mut kc, mut vc) = (kc.clone(), vc.clone());

@@ -10,7 +10,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use qkindex_driver::decode::{log_softmax, prefill, Decoder, Latency, Prefill};
 use qkindex_driver::model::{argmax, Model};
-use qkindex_driver::retrieval::{PolicyConfig, PolicyKind};
+use qkindex_driver::retrieval::{PolicyConfig, PolicyKind, SeededProbe};
 use serde::Serialize;
 
 use super::model_args::ModelArgs;
@@ -202,6 +202,10 @@ fn run_policy(
         builds.set_position(done as u64)
     })?;
     builds.finish_and_clear();
+    // The seeded-fallback comparisons this report prints (retopk --retopk-index), untimed.
+    if let Some(r) = dec.retrieval_mut() {
+        r.set_observer(Box::new(SeededProbe::default()));
+    }
     let bar = ProgressBar::new(cont as u64);
     bar.set_style(ProgressStyle::with_template(
         "{msg} {bar:30} {pos}/{len} tokens [{elapsed}<{eta}]",

@@ -7,6 +7,7 @@
 //! [`Partial::merge`] scaled by that weight (MagicPIG and vAttention make the same correction
 //! with other samplers). With `m = 0` nothing is added.
 
+use super::ids::Pos;
 use super::softmax::Partial;
 
 /// Reusable buffers of the sampler.
@@ -26,7 +27,7 @@ pub fn tail_part(
     k: &[f32],
     v: &[f32],
     rest: std::ops::Range<usize>,
-    retrieved: &[usize],
+    retrieved: &[Pos],
     m: usize,
     seed: u64,
     scale: f32,
@@ -41,7 +42,7 @@ pub fn tail_part(
         return Partial::empty(d);
     }
     scratch.retrieved.clear();
-    scratch.retrieved.extend_from_slice(retrieved);
+    scratch.retrieved.extend(retrieved.iter().map(|p| p.0));
     scratch.retrieved.sort_unstable();
     if dropped <= m {
         // Fewer left-out keys than samples: take them all, with weight 1.
@@ -95,7 +96,7 @@ mod tests {
     #[test]
     fn every_left_out_key_once_when_samples_cover_them() {
         let (q, k, v) = data(40, 8);
-        let retrieved = [12, 3, 30];
+        let retrieved = [Pos(12), Pos(3), Pos(30)];
         let mut scores = Vec::new();
         let mut scratch = TailScratch::default();
         let part = tail_part(
@@ -110,7 +111,7 @@ mod tests {
             &mut scores,
             &mut scratch,
         );
-        let expect: Vec<usize> = (2..40).filter(|p| !retrieved.contains(p)).collect();
+        let expect: Vec<usize> = (2..40).filter(|&p| !retrieved.contains(&Pos(p))).collect();
         assert_eq!(scratch.sampled, expect);
         let exact = Partial::over(&q, &k, &v, expect.iter().copied(), 0.5, &mut scores);
         assert_eq!(part.max, exact.max);
@@ -122,7 +123,7 @@ mod tests {
         let (q, k, v) = data(1000, 8);
         let mut scores = Vec::new();
         let mut scratch = TailScratch::default();
-        let retrieved: Vec<usize> = (100..200).collect();
+        let retrieved: Vec<Pos> = (100..200).map(Pos).collect();
         // With q = 0 every score is 0: the estimate of Σ exp(0) must be the left-out count.
         let zero = vec![0.0; 8];
         let part = tail_part(

@@ -1,0 +1,141 @@
+//! Policy configuration: which selector a decode step uses and its sizes (configuration only;
+//! the selectors are built in [`super::selector::build`]).
+
+use qkindex::{ReTopKParams, SearchParams};
+
+use super::ids::Split;
+use super::rest::RestKind;
+
+/// How decode steps choose the keys they attend to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyKind {
+    /// Every key (the reference).
+    Full,
+    /// The static set only: first `sink` + last `window` positions (StreamingLLM).
+    Static,
+    /// Static + the exact top-k of the rest (a scan).
+    ExactTopk,
+    /// Static + the top-k an index returns from the rest.
+    IndexTopk,
+    /// Static + the ReTopK selector over the rest (reuse the sets of similar past queries; the
+    /// exact path is a scan, or `--retopk-exact index` the index of `--index`).
+    Retopk,
+}
+
+impl PolicyKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Full => "full",
+            PolicyKind::Static => "static",
+            PolicyKind::ExactTopk => "exact-topk",
+            PolicyKind::IndexTopk => "index-topk",
+            PolicyKind::Retopk => "retopk",
+        }
+    }
+
+    /// True for the policies that select keys from the rest.
+    pub fn retrieves(self) -> bool {
+        !matches!(self, PolicyKind::Full | PolicyKind::Static)
+    }
+}
+
+/// A policy and its sizes.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PolicyConfig {
+    pub kind: PolicyKind,
+    /// Attention sinks: the first positions, always attended.
+    pub sink: usize,
+    /// Recent window: the last positions, always attended.
+    pub window: usize,
+    /// Keys retrieved from the rest per query head.
+    pub k: usize,
+    /// Index kind of `index-topk`.
+    pub index: RestKind,
+    /// Graph search list size (`None`: the index default, raised to `k`).
+    pub ef: Option<usize>,
+    /// IVF lists probed (`None`: the index default).
+    pub nprobe: Option<usize>,
+    /// Also score every key each step (untimed) to report mass and recall.
+    pub measure: bool,
+    /// ReTopK's parameters (its `k` is the policy's `k`).
+    pub retopk: ReTopKParams,
+    /// ReTopK's exact path searches the index of `index` instead of scanning.
+    pub retopk_index: bool,
+    /// Layers that attend to every key (no index is built for them).
+    pub dense_layers: Vec<usize>,
+    /// Element type of the index's key copy (`exact-topk` always scans f32).
+    #[serde(serialize_with = "dtype_name")]
+    pub store: qkindex::Dtype,
+    /// Left-out keys of the rest sampled each step to estimate their share of the softmax
+    /// ([`super::tail`]; 0: none, plain top-k attention).
+    pub tail_samples: usize,
+    /// Graph searches also start from this many of the keys the same query head retrieved at
+    /// the previous step (consecutive decode queries are alike; 0: none).
+    pub step_seeds: usize,
+    /// How the AttentionIndex of `index-topk` prunes its edges (decode queries at a question
+    /// leave the prefill's distribution: occlusion-fill keeps the routes into isolated spans
+    /// that plain top pruning drops; docs/DECODING.md §5b).
+    pub prune: qkindex::attention::Prune,
+}
+
+fn dtype_name<S: serde::Serializer>(d: &qkindex::Dtype, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&d.to_string())
+}
+
+impl PolicyConfig {
+    /// Defaults of DESIGN.md §2: sink 128, window 512, k 100, AttentionIndex.
+    pub fn new(kind: PolicyKind) -> Self {
+        PolicyConfig {
+            kind,
+            sink: 128,
+            window: 512,
+            k: 100,
+            index: RestKind::Attention,
+            ef: None,
+            nprobe: None,
+            measure: true,
+            retopk: ReTopKParams::default(),
+            retopk_index: false,
+            dense_layers: Vec::new(),
+            store: qkindex::Dtype::F16,
+            tail_samples: 0,
+            step_seeds: 0,
+            prune: qkindex::attention::Prune::OcclusionFill,
+        }
+    }
+
+    /// The index searches' parameters: `ef` raised to `k`, `nprobe`, no seeds.
+    pub fn search_params(&self) -> SearchParams {
+        SearchParams {
+            ef: self.ef.map(|ef| ef.max(self.k)),
+            nprobe: self.nprobe,
+            ..Default::default()
+        }
+    }
+
+    /// Whether `layer` attends every key.
+    pub fn is_dense(&self, layer: usize) -> bool {
+        self.dense_layers.contains(&layer)
+    }
+
+    /// Rejects sizes no decode after a prefill of `n` positions can serve: `k = 0`, and a
+    /// retrieving policy whose rest would be empty.
+    pub fn check(&self, n: usize) -> qkindex::Result<()> {
+        if self.kind.retrieves() && Split::at(n, self.sink, self.window).rest().is_empty() {
+            return Err(qkindex::Error::invalid_param(
+                "context",
+                n,
+                format!(
+                    "must exceed sink + window = {} for {}",
+                    self.sink + self.window,
+                    self.kind.name()
+                ),
+            ));
+        }
+        if self.k == 0 {
+            return Err(qkindex::Error::invalid_param("k", 0, "must be at least 1"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,104 @@
+//! `index-topk`: the top-k that a [`RestIndex`] of any kind returns from the rest; keys that
+//! leave the window are inserted (the AttentionIndex guided by the query that scored them
+//! highest). With `step_seeds`, graph searches also start from the keys the same query head
+//! retrieved at the previous step.
+
+use qkindex::{Scratch, SearchOutput, SearchParams};
+
+use super::{HeadPrefill, Selection, Selector};
+use crate::model::ModelError;
+use crate::retrieval::rest::{RestIndex, RestKind};
+
+/// Builds the rest index of `kind` over the prefill's rest, trained on the group's prefill
+/// queries, in the policy's element type and with its AttentionIndex pruning.
+pub(super) fn build_rest(
+    prefill: &HeadPrefill<'_>,
+    kind: RestKind,
+) -> Result<RestIndex, ModelError> {
+    let cfg = prefill.cfg;
+    let attention = qkindex::AttentionParams {
+        prune: cfg.prune,
+        ..Default::default()
+    };
+    Ok(RestIndex::build(
+        kind,
+        prefill.rest_keys().to_vec(),
+        prefill.head_dim,
+        prefill.queries()?,
+        cfg.store,
+        &attention,
+        prefill.knn,
+    )?)
+}
+
+/// A rest index searched for each query.
+#[derive(Debug)]
+pub struct Index {
+    rest: RestIndex,
+    k: usize,
+    params: SearchParams,
+    scratch: Scratch,
+    found: SearchOutput,
+    /// Seeds taken from the previous step per search (0: none).
+    step_seeds: usize,
+    /// Per query head: the rest ids retrieved at the previous step (`step_seeds`).
+    prev: Vec<Vec<u32>>,
+    /// The search parameters with this step's seeds (reused: no allocation per search).
+    seeded: SearchParams,
+}
+
+impl Index {
+    pub fn build(prefill: &HeadPrefill<'_>, kind: RestKind) -> Result<Self, ModelError> {
+        let rest = build_rest(prefill, kind)?;
+        Ok(Index {
+            scratch: Scratch::new(rest.len()),
+            rest,
+            k: prefill.cfg.k,
+            params: prefill.cfg.search_params(),
+            found: SearchOutput::default(),
+            step_seeds: prefill.cfg.step_seeds,
+            prev: vec![Vec::new(); prefill.group],
+            seeded: SearchParams::default(),
+        })
+    }
+}
+
+impl Selector for Index {
+    fn n_keys(&self) -> usize {
+        self.rest.len()
+    }
+
+    fn wants_guides(&self) -> bool {
+        matches!(self.rest, RestIndex::Attention(_))
+    }
+
+    fn upkeep(&mut self, key: &[f32], guide: &[f32]) -> Result<(), ModelError> {
+        Ok(self.rest.insert(key, guide, &mut self.scratch)?)
+    }
+
+    fn select(&mut self, j: usize, query: &[f32], out: &mut Selection) -> Result<(), ModelError> {
+        let params = if self.step_seeds > 0 {
+            let s = &mut self.seeded;
+            s.ef = self.params.ef;
+            s.nprobe = self.params.nprobe;
+            s.beam = self.params.beam;
+            s.seeds.clear();
+            s.seeds.extend(self.params.seeds.iter());
+            s.seeds.extend(self.prev[j].iter().take(self.step_seeds));
+            &self.seeded
+        } else {
+            &self.params
+        };
+        self.rest
+            .search(query, self.k, params, &mut self.scratch, &mut self.found)?;
+        if self.step_seeds > 0 {
+            self.prev[j].clone_from(&self.found.ids);
+        }
+        out.fill(&self.found.ids, self.found.stats.distance_computations);
+        Ok(())
+    }
+
+    fn index(&self) -> Option<&RestIndex> {
+        Some(&self.rest)
+    }
+}

@@ -1,0 +1,216 @@
+//! The seam through which a decode step picks the keys of the rest (keys that are neither
+//! sinks nor in the recent window) to attend for one query head.
+//!
+//! | file | job |
+//! |---|---|
+//! | `mod.rs` | the [`Selector`] trait, [`Selection`], the prefill a selector builds from ([`HeadPrefill`]), the policy → selector factory ([`build`]) |
+//! | `static_only.rs` | `static`: selects nothing |
+//! | `scan.rs` | `exact-topk`: the exact top-k by a scan of the rest (f32) |
+//! | `index.rs` | `index-topk`: the top-k a [`RestIndex`] returns (any kind), seeded by the previous step's keys on request |
+//! | `retopk.rs` | `retopk`: ReTopK per query head, its index as the exact path |
+//!
+//! One selector serves one (layer, KV head): the query heads of its GQA group share what it
+//! built (an index over the head's rest, trained on all their prefill queries) and select one
+//! at a time ([`Selector::select`] takes the query head's index in the group). Its life:
+//!
+//! ```text
+//!  end of prefill ── build(&HeadPrefill) ──► Box<dyn Selector>     (prefill keys, the group's
+//!                                                                    queries, the kNN backend)
+//!  each decode step, per layer:
+//!    keys leaving the window ── upkeep(key, guide) ──► selector     (one call per key, in order)
+//!    per query head j ────────── select(j, query) ──► Selection     (rest ids, inner products)
+//!    after the layer ─────────── fold_stats ────────► RetrievalStats (selector-specific counters)
+//! ```
+//!
+//! Adding a selector is one file here and one arm in [`build`].
+
+mod index;
+mod retopk;
+mod scan;
+mod static_only;
+
+use std::cell::OnceCell;
+
+use qkindex::{KnnBackend, SearchStats};
+
+use super::ids::{RestId, Split};
+use super::policy::{PolicyConfig, PolicyKind};
+use super::rest::RestIndex;
+use super::stats::RetrievalStats;
+use super::step::Shape;
+use crate::model::ModelError;
+
+/// Picks keys of one (layer, KV head)'s rest for the query heads of its group.
+pub trait Selector: Send + std::fmt::Debug {
+    /// Keys under the selector (rest ids `0..n_keys()`; 0 for selectors that keep none).
+    fn n_keys(&self) -> usize;
+
+    /// True when [`Selector::upkeep`] wants each key's guide (the query-aware insertion of
+    /// `qkindex::AttentionIndex::insert`); the step then tracks them.
+    fn wants_guides(&self) -> bool {
+        false
+    }
+
+    /// Takes the key (`head_dim` values) that just left the window: the next rest id. `guide`
+    /// is the query of the group that scored it highest while it was in the window (empty
+    /// unless [`Selector::wants_guides`]).
+    fn upkeep(&mut self, key: &[f32], guide: &[f32]) -> Result<(), ModelError>;
+
+    /// Selects keys of the rest for query head `j` of the group (`query`: `head_dim` values)
+    /// into `out`, at most the policy's `k`, best first.
+    fn select(&mut self, j: usize, query: &[f32], out: &mut Selection) -> Result<(), ModelError>;
+
+    /// Moves the counters of the selections since the last call into `stats` (after each
+    /// layer step).
+    fn fold_stats(&mut self, _stats: &mut RetrievalStats) {}
+
+    /// The index under the selector, for probes that search it again.
+    fn index(&self) -> Option<&RestIndex> {
+        None
+    }
+}
+
+/// What one [`Selector::select`] returned.
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    /// Keys to attend, best first.
+    pub ids: Vec<RestId>,
+    /// Inner products of any kind the selection computed (keys, cached queries, bounds...).
+    pub distance_computations: u64,
+    /// Set when the selection was a graph search started from recalled seeds (ReTopK's exact
+    /// path into an AttentionIndex): that search's statistics, for the probes that search
+    /// again without the seeds.
+    pub seeded: Option<SearchStats>,
+}
+
+impl Selection {
+    /// Clears the selection (no keys, no cost).
+    pub fn clear(&mut self) {
+        self.ids.clear();
+        self.distance_computations = 0;
+        self.seeded = None;
+    }
+
+    /// The selection of index ids `ids` (rest ids as they are) at a cost of
+    /// `distance_computations`.
+    pub fn fill(&mut self, ids: &[u32], distance_computations: u64) {
+        self.clear();
+        self.ids.extend(ids.iter().map(|&id| RestId(id)));
+        self.distance_computations = distance_computations;
+    }
+}
+
+/// What a selector of one (layer, KV head) builds from at the end of the prefill.
+pub struct HeadPrefill<'a> {
+    pub cfg: &'a PolicyConfig,
+    pub layer: usize,
+    /// The KV head.
+    pub kv_head: usize,
+    pub head_dim: usize,
+    /// Query heads per KV head.
+    pub group: usize,
+    /// The split at the end of the prefill (`split.n` positions).
+    pub split: Split,
+    /// The prefill's keys of this KV head: `split.n × head_dim`, row-major.
+    pub keys: &'a [f32],
+    /// The exact kNN of index builds.
+    pub knn: &'a dyn KnnBackend,
+    /// Query values per position (`n_heads · head_dim`).
+    width: usize,
+    /// The layer's prefill queries (row-major `n × width`), if captured.
+    layer_queries: Option<&'a [f32]>,
+    group_queries: OnceCell<Vec<f32>>,
+}
+
+impl<'a> HeadPrefill<'a> {
+    /// The prefill of KV head `kv_head` of `layer` in a model of `shape`: `keys` holds its
+    /// `split.n` keys, `layer_queries` the layer's queries (row-major
+    /// `split.n × (n_heads · head_dim)`; None or any size for policies without an index).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        cfg: &'a PolicyConfig,
+        shape: Shape,
+        layer: usize,
+        kv_head: usize,
+        split: Split,
+        keys: &'a [f32],
+        layer_queries: Option<&'a [f32]>,
+        knn: &'a dyn KnnBackend,
+    ) -> Self {
+        HeadPrefill {
+            cfg,
+            layer,
+            kv_head,
+            head_dim: shape.head_dim,
+            group: shape.n_heads / shape.n_kv_heads,
+            split,
+            keys,
+            knn,
+            width: shape.n_heads * shape.head_dim,
+            layer_queries,
+            group_queries: OnceCell::new(),
+        }
+    }
+
+    /// The rest's keys: `split.rest_len() × head_dim`, row-major.
+    pub fn rest_keys(&self) -> &'a [f32] {
+        let hd = self.head_dim;
+        &self.keys[self.split.sink * hd..self.split.end * hd]
+    }
+
+    /// The prefill queries of the group's query heads: `group × n × head_dim`, query head
+    /// `j`'s `n` rows at `j · n · head_dim` (an error when the layer's were not captured or
+    /// have the wrong size).
+    pub fn queries(&self) -> Result<&[f32], ModelError> {
+        if let Some(q) = self.group_queries.get() {
+            return Ok(q);
+        }
+        let (n, hd, width) = (self.split.n, self.head_dim, self.width);
+        let q = self
+            .layer_queries
+            .filter(|q| q.len() == n * width)
+            .ok_or_else(|| {
+                qkindex::Error::invalid_param(
+                    "prefill queries",
+                    self.layer,
+                    "missing or of the wrong size for this layer",
+                )
+            })?;
+        let mut gathered = Vec::with_capacity(self.group * n * hd);
+        for j in 0..self.group {
+            let h = self.kv_head * self.group + j;
+            for p in 0..n {
+                gathered.extend_from_slice(&q[p * width + h * hd..][..hd]);
+            }
+        }
+        Ok(self.group_queries.get_or_init(|| gathered))
+    }
+
+    /// Query head `j`'s prefill query at position `p` (`head_dim` values), from
+    /// [`HeadPrefill::queries`].
+    pub fn query(&self, j: usize, p: usize) -> Result<&[f32], ModelError> {
+        let (n, hd) = (self.split.n, self.head_dim);
+        Ok(&self.queries()?[(j * n + p) * hd..][..hd])
+    }
+}
+
+impl std::fmt::Debug for HeadPrefill<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeadPrefill")
+            .field("layer", &self.layer)
+            .field("kv_head", &self.kv_head)
+            .field("split", &self.split)
+            .field("knn", &self.knn.name())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The selector of `prefill.cfg`'s policy for one (layer, KV head).
+pub fn build(prefill: &HeadPrefill<'_>) -> Result<Box<dyn Selector>, ModelError> {
+    Ok(match prefill.cfg.kind {
+        PolicyKind::Full | PolicyKind::Static => Box::new(static_only::StaticOnly),
+        PolicyKind::ExactTopk => Box::new(scan::Scan::build(prefill)?),
+        PolicyKind::IndexTopk => Box::new(index::Index::build(prefill, prefill.cfg.index)?),
+        PolicyKind::Retopk => Box::new(retopk::ReTopKSelector::build(prefill)?),
+    })
+}
