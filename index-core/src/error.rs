@@ -53,6 +53,14 @@ pub enum Error {
 /// `Result` with the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// `Ok` when `value ≥ 1`, else [`Error::InvalidParam`] for `name`: "must be at least 1".
+pub(crate) fn at_least_one(name: &'static str, value: usize) -> Result<()> {
+    if value == 0 {
+        return Err(Error::invalid_param(name, value, "must be at least 1"));
+    }
+    Ok(())
+}
+
 impl Error {
     /// Shorthand for [`Error::InvalidParam`].
     pub fn invalid_param(

@@ -9,6 +9,7 @@
 //! | [`metric`] | SIMD inner-product kernels chosen at run time |
 //! | [`knn`] | exact batched top-k ([`knn::KnnBackend`], CPU implementation) |
 //! | [`search`] | the one search interface ([`AnnIndex`]), params, stats |
+//! | `search_util` | checks the kinds' searches share (graph `ef` and beam) |
 //! | [`scratch`] | per-thread search buffers |
 //! | [`cancel`] | cooperative cancellation of long builds |
 //! | [`graph`] | CSR adjacency and beam search |
@@ -56,6 +57,7 @@ pub mod npy;
 pub mod retopk;
 pub mod scratch;
 pub mod search;
+mod search_util;
 pub mod store;
 pub mod synth;
 pub mod vamana;

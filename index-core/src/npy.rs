@@ -57,7 +57,9 @@ fn check_header_size(path: &Path, file: &mut std::fs::File) -> Result<()> {
     Ok(())
 }
 
-fn open(path: &Path) -> Result<(npyz::NpyFile<std::io::BufReader<std::fs::File>>, String)> {
+type Reader = npyz::NpyFile<std::io::BufReader<std::fs::File>>;
+
+fn open(path: &Path) -> Result<(Reader, String)> {
     let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     check_header_size(path, &mut file)?;
     let npy = npyz::NpyFile::new(std::io::BufReader::new(file))
@@ -73,82 +75,65 @@ fn open(path: &Path) -> Result<(npyz::NpyFile<std::io::BufReader<std::fs::File>>
     Ok((npy, dtype))
 }
 
-fn shape_of<R: std::io::Read>(npy: &npyz::NpyFile<R>) -> Vec<usize> {
-    npy.shape().iter().map(|&x| x as usize).collect()
+/// Reads the array at `path`: `convert` turns the data of the dtypes it knows (by their
+/// `descr` without the byte-order mark) into `T` values and the numpy name of the dtype, and
+/// returns `None` for the others, which are an error naming `expected`.
+fn read_as<T>(
+    path: &Path,
+    expected: &str,
+    convert: impl FnOnce(&str, Reader) -> Option<Result<(Vec<T>, &'static str)>>,
+) -> Result<Array<T>> {
+    let (npy, descr) = open(path)?;
+    let shape: Vec<usize> = npy.shape().iter().map(|&x| x as usize).collect();
+    let descr = descr.trim_start_matches(['<', '=', '|']);
+    let Some(read) = convert(descr, npy) else {
+        return Err(Error::format(
+            path,
+            "npy dtype",
+            format!("expected {expected}, found {descr:?}"),
+        ));
+    };
+    let (data, dtype) = read?;
+    let want = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if want != Some(data.len()) {
+        return Err(Error::format(
+            path,
+            "npy data",
+            format!("shape {shape:?} does not match {} elements", data.len()),
+        ));
+    }
+    Ok(Array { shape, data, dtype })
+}
+
+/// The data of `npy`, stored as `S`, converted to `T` (exactly: widening conversions only).
+fn values<S: npyz::Deserialize, T: From<S>>(
+    path: &Path,
+    npy: Reader,
+    dtype: &'static str,
+) -> Result<(Vec<T>, &'static str)> {
+    let data = npy
+        .into_vec::<S>()
+        .map_err(|e| Error::format(path, "npy data", e.to_string()))?;
+    Ok((data.into_iter().map(T::from).collect(), dtype))
 }
 
 /// Reads a float16 or float32 array as f32.
 pub fn read_f32(path: &Path) -> Result<Array<f32>> {
-    let (npy, descr) = open(path)?;
-    let shape = shape_of(&npy);
-    let bad = |e: std::io::Error| Error::format(path, "npy data", e.to_string());
-    let (data, dtype) = match descr.trim_start_matches(['<', '=', '|']) {
-        "f2" => (
-            npy.into_vec::<f16>()
-                .map_err(bad)?
-                .into_iter()
-                .map(f16::to_f32)
-                .collect(),
-            "float16",
-        ),
-        "f4" => (npy.into_vec::<f32>().map_err(bad)?, "float32"),
-        other => {
-            return Err(Error::format(
-                path,
-                "npy dtype",
-                format!("expected float16 or float32, found {other:?}"),
-            ))
-        }
-    };
-    check_len(path, &shape, data.len())?;
-    Ok(Array { shape, data, dtype })
-}
-
-fn check_len(path: &Path, shape: &[usize], len: usize) -> Result<()> {
-    let want = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-    if want != Some(len) {
-        return Err(Error::format(
-            path,
-            "npy data",
-            format!("shape {shape:?} does not match {len} elements"),
-        ));
-    }
-    Ok(())
+    read_as(path, "float16 or float32", |descr, npy| match descr {
+        "f2" => Some(values::<f16, f32>(path, npy, "float16")),
+        "f4" => Some(values::<f32, f32>(path, npy, "float32")),
+        _ => None,
+    })
 }
 
 /// Reads an integer array (int32/int64/uint32) as i64.
 pub fn read_i64(path: &Path) -> Result<Array<i64>> {
-    let (npy, descr) = open(path)?;
-    let shape = shape_of(&npy);
-    let bad = |e: std::io::Error| Error::format(path, "npy data", e.to_string());
-    let (data, dtype): (Vec<i64>, _) = match descr.trim_start_matches(['<', '=', '|']) {
-        "i8" => (npy.into_vec::<i64>().map_err(bad)?, "int64"),
-        "i4" => (
-            npy.into_vec::<i32>()
-                .map_err(bad)?
-                .into_iter()
-                .map(i64::from)
-                .collect(),
-            "int32",
-        ),
-        "u4" => (
-            npy.into_vec::<u32>()
-                .map_err(bad)?
-                .into_iter()
-                .map(i64::from)
-                .collect(),
-            "uint32",
-        ),
-        other => {
-            return Err(Error::format(
-                path,
-                "npy dtype",
-                format!("expected an integer array, found {other:?}"),
-            ))
-        }
-    };
-    check_len(path, &shape, data.len())?;
-    Ok(Array { shape, data, dtype })
+    read_as(path, "an integer array", |descr, npy| match descr {
+        "i8" => Some(values::<i64, i64>(path, npy, "int64")),
+        "i4" => Some(values::<i32, i64>(path, npy, "int32")),
+        "u4" => Some(values::<u32, i64>(path, npy, "uint32")),
+        _ => None,
+    })
 }
 
 /// Writes `data` (row-major, `shape`) as a float16 `.npy` file.

@@ -31,9 +31,8 @@ use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::graph::{beam_search, Csr};
 use crate::scratch::{Scored, Scratch};
-use crate::search::{
-    check_beam, check_query, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats,
-};
+use crate::search::{AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};
+use crate::search_util::graph_search_ef;
 use crate::store::KeyStore;
 use std::sync::Arc;
 
@@ -166,16 +165,7 @@ impl AnnIndex for HnswIndex {
         scratch: &mut Scratch,
         out: &mut SearchOutput,
     ) -> Result<()> {
-        check_query(query, self.keys.dim(), k, self.keys.len())?;
-        let ef = params.ef.unwrap_or(self.params.default_ef.max(k));
-        if ef < k {
-            return Err(Error::invalid_param(
-                "ef",
-                ef,
-                format!("must be at least k = {k}"),
-            ));
-        }
-        check_beam(params)?;
+        let ef = graph_search_ef(query, &self.keys, k, params, self.params.default_ef)?;
         let scorer = self.keys.scorer();
         let mut stats = SearchStats {
             distance_computations: 1,

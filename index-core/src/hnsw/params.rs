@@ -1,6 +1,6 @@
 //! Build parameters of [`super::HnswIndex`].
 
-use crate::error::{Error, Result};
+use crate::error::{at_least_one, Error, Result};
 
 /// Largest accepted `m` (level-0 lists hold `2m` ids; beyond this the graph is a scan).
 pub const MAX_M: usize = 1 << 12;
@@ -82,21 +82,8 @@ impl HnswParams {
                 format!("must be at most {MAX_M}"),
             ));
         }
-        if self.ef_construction == 0 {
-            return Err(Error::invalid_param(
-                "ef_construction",
-                self.ef_construction,
-                "must be at least 1",
-            ));
-        }
-        if self.default_ef == 0 {
-            return Err(Error::invalid_param(
-                "default_ef",
-                self.default_ef,
-                "must be at least 1",
-            ));
-        }
-        Ok(())
+        at_least_one("ef_construction", self.ef_construction)?;
+        at_least_one("default_ef", self.default_ef)
     }
 }
 

@@ -70,17 +70,14 @@ impl UpperLevels {
         offsets: Buf<u32>,
         neighbors: Buf<u32>,
     ) -> Result<Self, (&'static str, String)> {
-        let (s, p) = (starts.as_slice(), nodes.as_slice().len());
-        if s.first() != Some(&0) || s.last().map(|&x| x as usize) != Some(p) {
-            return Err((
-                "starts",
-                format!(
-                    "level starts run {:?}..{:?}, expected 0..{p} (the node count)",
-                    s.first(),
-                    s.last()
-                ),
-            ));
-        }
+        let p = nodes.as_slice().len();
+        check_span(
+            "starts",
+            "level starts",
+            starts.as_slice(),
+            p,
+            "the node count",
+        )?;
         let o = offsets.as_slice();
         if o.len() != p + 1 {
             return Err((
@@ -89,16 +86,7 @@ impl UpperLevels {
             ));
         }
         let total = neighbors.as_slice().len();
-        if o.first() != Some(&0) || o.last().map(|&x| x as usize) != Some(total) {
-            return Err((
-                "offsets",
-                format!(
-                    "offsets run {:?}..{:?}, expected 0..{total} (the neighbour count)",
-                    o.first(),
-                    o.last()
-                ),
-            ));
-        }
+        check_span("offsets", "offsets", o, total, "the neighbour count")?;
         Ok(UpperLevels {
             starts,
             nodes,
@@ -270,4 +258,21 @@ impl Neighbors for UpperLevel<'_> {
     fn neighbors_of(&self, v: u32) -> &[u32] {
         self.neighbors(v)
     }
+}
+/// `values` runs from 0 to `end` (`counted`), else `(array, reason)` naming them as `what`.
+fn check_span(
+    array: &'static str,
+    what: &str,
+    values: &[u32],
+    end: usize,
+    counted: &str,
+) -> Result<(), (&'static str, String)> {
+    let (first, last) = (values.first(), values.last());
+    if first != Some(&0) || last.map(|&x| x as usize) != Some(end) {
+        return Err((
+            array,
+            format!("{what} run {first:?}..{last:?}, expected 0..{end} ({counted})"),
+        ));
+    }
+    Ok(())
 }

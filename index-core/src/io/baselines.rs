@@ -7,70 +7,36 @@
 //! by default.
 
 use super::format::{FileKind, SectionKind};
-use super::kinds::{index_keys, json_bytes, KeyResolver, KeysPlacement, Persist};
+use super::kinds::{
+    add_own_sections, header_writer, index_keys, KeyResolver, KeysPlacement, Persist,
+};
 use super::reader::RawFile;
+use super::sections::{
+    add_csr, check_ends, check_entries, graph_error, mapped_csr, params_json, params_of,
+    stored_keys, Section,
+};
 use super::writer::FileWriter;
 use super::AnyIndex;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::graph::Csr;
 use crate::hnsw::{HnswIndex, HnswParams, UpperLevels};
 use crate::ivf::{IvfIndex, IvfParams};
 use crate::search::IndexKind;
-use crate::store::{Dtype, KeyStore};
+use crate::store::KeyStore;
 use crate::vamana::{VamanaIndex, VamanaParams};
-use half::f16;
-use std::path::Path;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// Most HNSW levels above 0 a file may declare (the build caps levels at 64).
 const MAX_UPPER_LEVELS: u64 = 255;
 
-/// The PARAMS section of a baseline kind: `{"index": name, "params": {...}}` plus, for IVF,
-/// the number of lists the build chose.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Section<P> {
-    index: String,
-    params: P,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    nlist: Option<usize>,
-}
-
-fn params_json<P: serde::Serialize>(
-    index: &str,
-    params: &P,
-    nlist: Option<usize>,
-) -> Result<Vec<u8>> {
-    json_bytes(&Section {
-        index: index.into(),
-        params,
-        nlist,
-    })
-}
-
-fn params_of<P: serde::de::DeserializeOwned>(raw: &RawFile, index: &str) -> Result<Section<P>> {
-    let p: Section<P> = raw.json(SectionKind::PARAMS)?;
-    if p.index != index {
-        return Err(raw.error(
-            SectionKind::PARAMS,
-            format!("names index {:?} but the header says {index}", p.index),
-        ));
-    }
-    Ok(p)
-}
-
+/// Level 0 (or Vamana's graph) and its one entry point.
 fn add_graph<'a>(w: &mut FileWriter<'a>, g: &'a Csr, entry: u32) {
-    w.section(SectionKind::CSR_OFFSETS, bytemuck::cast_slice(g.offsets()));
-    w.section(
-        SectionKind::CSR_NEIGHBORS,
-        bytemuck::cast_slice(g.neighbor_array()),
-    );
+    add_csr(w, Cow::Borrowed(g));
     w.section_owned(SectionKind::ENTRY_POINTS, entry.to_le_bytes().to_vec());
 }
 
 impl Persist for HnswIndex {
-    fn file_kind(&self) -> FileKind {
-        FileKind::Index(IndexKind::Hnsw)
-    }
     fn key_store(&self) -> &Arc<KeyStore> {
         self.keys()
     }
@@ -78,159 +44,79 @@ impl Persist for HnswIndex {
         add_graph(w, self.level0(), self.entry());
         let u = self.upper();
         if !u.is_empty() {
-            w.section(
-                SectionKind::HNSW_LEVEL_STARTS,
-                bytemuck::cast_slice(u.starts()),
-            );
-            w.section(
-                SectionKind::HNSW_UPPER_NODES,
-                bytemuck::cast_slice(u.nodes()),
-            );
-            w.section(
-                SectionKind::HNSW_UPPER_OFFSETS,
-                bytemuck::cast_slice(u.offsets()),
-            );
-            w.section(
-                SectionKind::HNSW_UPPER_NEIGHBORS,
-                bytemuck::cast_slice(u.neighbor_array()),
-            );
+            for (kind, values) in [
+                (SectionKind::HNSW_LEVEL_STARTS, u.starts()),
+                (SectionKind::HNSW_UPPER_NODES, u.nodes()),
+                (SectionKind::HNSW_UPPER_OFFSETS, u.offsets()),
+                (SectionKind::HNSW_UPPER_NEIGHBORS, u.neighbor_array()),
+            ] {
+                w.section(kind, bytemuck::cast_slice(values));
+            }
         }
-        w.section_owned(
-            SectionKind::PARAMS,
-            params_json("hnsw", self.params(), None)?,
-        );
         Ok(())
+    }
+    fn params_section(&self) -> Result<Vec<u8>> {
+        params_json("hnsw", self.params(), None)
     }
 }
 
 impl Persist for VamanaIndex {
-    fn file_kind(&self) -> FileKind {
-        FileKind::Index(IndexKind::Vamana)
-    }
     fn key_store(&self) -> &Arc<KeyStore> {
         self.keys()
     }
     fn add_sections<'a>(&'a self, w: &mut FileWriter<'a>) -> Result<()> {
         add_graph(w, self.graph(), self.medoid());
-        w.section_owned(
-            SectionKind::PARAMS,
-            params_json("vamana", self.params(), None)?,
-        );
         Ok(())
+    }
+    fn params_section(&self) -> Result<Vec<u8>> {
+        params_json("vamana", self.params(), None)
     }
 }
 
 impl Persist for IvfIndex {
-    fn file_kind(&self) -> FileKind {
-        FileKind::Index(IndexKind::Ivf)
-    }
     /// The keys in list order (the index does not keep the caller's id-ordered store).
     fn key_store(&self) -> &Arc<KeyStore> {
         self.list_keys()
     }
     fn add_sections<'a>(&'a self, w: &mut FileWriter<'a>) -> Result<()> {
-        w.section(
-            SectionKind::IVF_LIST_KEYS,
-            super::key_bytes(self.list_keys()),
-        );
-        w.section(
-            SectionKind::IVF_CENTROIDS,
-            super::key_bytes(self.centroids()),
-        );
-        w.section(
-            SectionKind::IVF_LIST_OFFSETS,
-            bytemuck::cast_slice(self.offsets()),
-        );
-        w.section(
-            SectionKind::IVF_LIST_IDS,
-            bytemuck::cast_slice(self.list_ids()),
-        );
-        w.section_owned(
-            SectionKind::PARAMS,
-            params_json("ivf", self.params(), Some(self.nlist()))?,
-        );
+        for (kind, bytes) in [
+            (
+                SectionKind::IVF_LIST_KEYS,
+                super::key_bytes(self.list_keys()),
+            ),
+            (
+                SectionKind::IVF_CENTROIDS,
+                super::key_bytes(self.centroids()),
+            ),
+            (
+                SectionKind::IVF_LIST_OFFSETS,
+                bytemuck::cast_slice(self.offsets()),
+            ),
+            (
+                SectionKind::IVF_LIST_IDS,
+                bytemuck::cast_slice(self.list_ids()),
+            ),
+        ] {
+            w.section(kind, bytes);
+        }
         Ok(())
+    }
+    fn params_section(&self) -> Result<Vec<u8>> {
+        params_json("ivf", self.params(), Some(self.nlist()))
     }
     /// IVF files are always self-contained: the index scans its own list-ordered copy of the
     /// keys (`ivf_list_keys`), so neither `keys` nor `keys_ref` is written, whatever the
     /// placement (in a bundle the manifest still names the KV head's key file).
     fn writer<'a>(&'a self, _keys: KeysPlacement<'_>) -> Result<FileWriter<'a>> {
-        let store = self.list_keys();
-        let mut w = FileWriter::new(
-            self.file_kind(),
-            Some(store.dtype()),
-            store.len(),
-            store.dim(),
-        )?;
-        self.add_sections(&mut w)?;
-        Ok(w)
+        add_own_sections(self, header_writer(self.file_kind(), self.list_keys())?)
     }
-}
-
-impl HnswIndex {
-    /// Writes the index with its keys to one self-contained file at `path` (docs/FORMAT.md),
-    /// atomically: a failure leaves any old file at `path` as it was.
-    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        self.writer(KeysPlacement::Inline)?.write(path.as_ref())
-    }
-}
-
-impl IvfIndex {
-    /// Writes the index (centroids, lists and its list-ordered keys) to one self-contained
-    /// file at `path`, atomically.
-    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        self.writer(KeysPlacement::Inline)?.write(path.as_ref())
-    }
-}
-
-impl VamanaIndex {
-    /// Writes the index with its keys to one self-contained file at `path`, atomically.
-    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        self.writer(KeysPlacement::Inline)?.write(path.as_ref())
-    }
-}
-
-/// Level 0 (`csr_*`) as a mapped CSR, after the O(1) checks: `n + 1` offsets, `offsets[0] = 0`,
-/// `offsets[n]` = the number of neighbour ids.
-fn mapped_graph(raw: &RawFile) -> Result<Csr> {
-    let n = raw.header().n;
-    let offsets = raw.array::<u32>(SectionKind::CSR_OFFSETS, n + 1)?;
-    let neighbors = raw.array_of::<u32>(raw.required(SectionKind::CSR_NEIGHBORS)?)?;
-    check_ends(
-        raw,
-        SectionKind::CSR_OFFSETS,
-        offsets.as_slice(),
-        neighbors.as_slice().len(),
-    )?;
-    Ok(Csr::from_bufs_unchecked(offsets, neighbors))
-}
-
-/// `offsets[0] = 0` and the last offset equals `total`.
-fn check_ends(raw: &RawFile, kind: SectionKind, offsets: &[u32], total: usize) -> Result<()> {
-    if offsets.first() != Some(&0) {
-        return Err(raw.error(kind, "offsets[0] is not 0"));
-    }
-    let last = offsets.last().map(|&x| x as usize);
-    if last != Some(total) {
-        return Err(raw.error(
-            kind,
-            format!("offsets end at {last:?} but there are {total} ids"),
-        ));
-    }
-    Ok(())
 }
 
 /// The one entry point (HNSW's top-level entry, Vamana's medoid), checked `< n`.
 fn single_entry(raw: &RawFile) -> Result<u32> {
-    let n = raw.header().n;
     let e = raw.array::<u32>(SectionKind::ENTRY_POINTS, 1)?;
     let entry = e.as_slice().first().copied().unwrap_or(u32::MAX);
-    if u64::from(entry) >= n {
-        return Err(raw.error(
-            SectionKind::ENTRY_POINTS,
-            format!("entry point {entry} is not below n = {n}"),
-        ));
-    }
+    check_entries(raw, &[entry])?;
     Ok(entry)
 }
 
@@ -281,7 +167,7 @@ pub(super) fn decode(raw: &RawFile, resolve: &mut KeyResolver<'_>) -> Result<Opt
     let index = match raw.header().kind {
         FileKind::Index(IndexKind::Hnsw) => {
             let keys = index_keys(raw, resolve)?;
-            let level0 = mapped_graph(raw)?;
+            let level0 = mapped_csr(raw)?;
             let upper = upper_levels(raw)?;
             let entry = single_entry(raw)?;
             let p: Section<HnswParams> = params_of(raw, "hnsw")?;
@@ -291,7 +177,7 @@ pub(super) fn decode(raw: &RawFile, resolve: &mut KeyResolver<'_>) -> Result<Opt
         }
         FileKind::Index(IndexKind::Vamana) => {
             let keys = index_keys(raw, resolve)?;
-            let graph = mapped_graph(raw)?;
+            let graph = mapped_csr(raw)?;
             let medoid = single_entry(raw)?;
             let p: Section<VamanaParams> = params_of(raw, "vamana")?;
             p.params
@@ -318,25 +204,8 @@ fn decode_ivf(raw: &RawFile) -> Result<IvfIndex> {
         }
     }
     let (n, d) = (h.n, u64::from(h.d));
-    let dtype = h.dtype.ok_or_else(|| {
-        Error::format(raw.path(), "header", "dtype is 0 but the file stores keys")
-    })?;
-    let count = n.checked_mul(d).ok_or_else(|| {
-        raw.error(
-            SectionKind::IVF_LIST_KEYS,
-            format!("n × d = {n} × {d} overflows"),
-        )
-    })?;
+    let lists = stored_keys(raw, SectionKind::IVF_LIST_KEYS)?;
     let dim = h.d as usize;
-    let lists = match dtype {
-        Dtype::F16 => {
-            KeyStore::from_buf_f16(raw.array::<f16>(SectionKind::IVF_LIST_KEYS, count)?, dim)
-        }
-        Dtype::F32 => {
-            KeyStore::from_buf_f32(raw.array::<f32>(SectionKind::IVF_LIST_KEYS, count)?, dim)
-        }
-    }
-    .map_err(|e| raw.error(SectionKind::IVF_LIST_KEYS, e.to_string()))?;
     let centroids = raw.array_of::<f32>(raw.required(SectionKind::IVF_CENTROIDS)?)?;
     let values = centroids.as_slice().len() as u64;
     if values == 0 || !values.is_multiple_of(d) || values / d > n {
@@ -370,23 +239,11 @@ fn decode_ivf(raw: &RawFile) -> Result<IvfIndex> {
 /// The scans of the baseline kinds: graphs (every level) valid, IVF lists a permutation with
 /// offsets in order and finite keys and centroids.
 pub(super) fn deep_check(raw: &RawFile, index: &AnyIndex) -> Result<()> {
-    let graph_err = |offsets, neighbors| {
-        move |reason: String| {
-            let section = if reason.contains("neighbour id") {
-                neighbors
-            } else {
-                offsets
-            };
-            raw.error(section, reason)
-        }
-    };
+    let graph_err = |reason| graph_error(raw, reason);
     let n = raw.header().n as usize;
     match index {
         AnyIndex::Hnsw(h) => {
-            h.level0().validate().map_err(graph_err(
-                SectionKind::CSR_OFFSETS,
-                SectionKind::CSR_NEIGHBORS,
-            ))?;
+            h.level0().validate().map_err(graph_err)?;
             h.upper().validate(n).map_err(|(array, reason)| {
                 let kind = match array {
                     "starts" => SectionKind::HNSW_LEVEL_STARTS,
@@ -397,10 +254,7 @@ pub(super) fn deep_check(raw: &RawFile, index: &AnyIndex) -> Result<()> {
                 raw.error(kind, reason)
             })?;
         }
-        AnyIndex::Vamana(v) => v.graph().validate().map_err(graph_err(
-            SectionKind::CSR_OFFSETS,
-            SectionKind::CSR_NEIGHBORS,
-        ))?,
+        AnyIndex::Vamana(v) => v.graph().validate().map_err(graph_err)?,
         AnyIndex::Ivf(i) => i.validate().map_err(|reason| {
             let section = if reason.contains("offsets") {
                 SectionKind::IVF_LIST_OFFSETS

@@ -84,7 +84,7 @@ impl BundleWriter {
         w.section(SectionKind::KEYS, super::key_bytes(keys));
         w.section_owned(
             SectionKind::PARAMS,
-            super::kinds::json_bytes(&serde_json::json!({"layer": layer, "kv_head": kv_head}))?,
+            super::sections::json_bytes(&serde_json::json!({"layer": layer, "kv_head": kv_head}))?,
         );
         let checksum = format!("{:016x}", w.header_checksum()?);
         w.write(&self.dir.join(&file))?;
@@ -150,7 +150,7 @@ impl BundleWriter {
             indexes: self.indexes,
             meta,
         };
-        let bytes = super::kinds::json_bytes(&manifest)?;
+        let bytes = super::sections::json_bytes(&manifest)?;
         write_atomic(&self.dir.join(MANIFEST), |w| w.write_all(&bytes))?;
         Ok(self.dir)
     }

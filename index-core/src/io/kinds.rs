@@ -4,16 +4,20 @@
 
 use super::format::{FileKind, SectionKind};
 use super::reader::RawFile;
+use super::sections::{
+    add_csr, check_entries, graph_error, json_bytes, mapped_csr, params_json, stored_keys, Section,
+};
 use super::writer::FileWriter;
 use super::{AnyIndex, LoadOptions};
 use crate::attention::{AttentionIndex, AttentionParams};
 use crate::error::{Error, Result};
 use crate::flat::FlatIndex;
-use crate::graph::Csr;
+use crate::hnsw::HnswIndex;
+use crate::ivf::IvfIndex;
+use crate::search::AnnIndex;
 use crate::search::IndexKind;
 use crate::store::{Dtype, KeyStore, KeysRef};
-use half::f16;
-use std::borrow::Cow;
+use crate::vamana::VamanaIndex;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -40,24 +44,25 @@ pub enum KeysPlacement<'a> {
 }
 
 /// An index kind that can be written to a file.
-pub trait Persist {
-    /// The header kind.
-    fn file_kind(&self) -> FileKind;
+pub trait Persist: AnnIndex {
+    /// The header kind: the index's [`AnnIndex::kind`].
+    fn file_kind(&self) -> FileKind {
+        FileKind::Index(self.kind())
+    }
     /// The keys it searches.
     fn key_store(&self) -> &Arc<KeyStore>;
-    /// Adds the kind's own sections (graph, entry points, parameters...) to `w`.
-    fn add_sections<'a>(&'a self, w: &mut FileWriter<'a>) -> Result<()>;
+    /// Adds the kind's own sections (graph, entry points, lists...) to `w`; none by default.
+    fn add_sections<'a>(&'a self, _w: &mut FileWriter<'a>) -> Result<()> {
+        Ok(())
+    }
+    /// The PARAMS section (JSON naming the kind, with its build parameters), written last.
+    fn params_section(&self) -> Result<Vec<u8>>;
 
     /// A writer holding the whole file: header fields, keys (inline or a reference), then the
-    /// kind's sections.
+    /// kind's sections and PARAMS.
     fn writer<'a>(&'a self, keys: KeysPlacement<'_>) -> Result<FileWriter<'a>> {
         let store = self.key_store();
-        let mut w = FileWriter::new(
-            self.file_kind(),
-            Some(store.dtype()),
-            store.len(),
-            store.dim(),
-        )?;
+        let mut w = header_writer(self.file_kind(), store)?;
         match keys {
             KeysPlacement::Inline => {
                 w.section(SectionKind::KEYS, key_bytes(store));
@@ -66,9 +71,23 @@ pub trait Persist {
                 w.section_owned(SectionKind::KEYS_REF, json_bytes(r)?);
             }
         }
-        self.add_sections(&mut w)?;
-        Ok(w)
+        add_own_sections(self, w)
     }
+}
+
+/// A writer whose header describes `kind` over the keys of `store`.
+pub(super) fn header_writer<'a>(kind: FileKind, store: &KeyStore) -> Result<FileWriter<'a>> {
+    FileWriter::new(kind, Some(store.dtype()), store.len(), store.dim())
+}
+
+/// `w` with the sections of `index` ([`Persist::add_sections`]) and its PARAMS added.
+pub(super) fn add_own_sections<'a, P: Persist + ?Sized>(
+    index: &'a P,
+    mut w: FileWriter<'a>,
+) -> Result<FileWriter<'a>> {
+    index.add_sections(&mut w)?;
+    w.section_owned(SectionKind::PARAMS, index.params_section()?);
+    Ok(w)
 }
 
 /// The key rows as bytes (no copy).
@@ -79,109 +98,64 @@ pub fn key_bytes(store: &KeyStore) -> &[u8] {
     }
 }
 
-pub(crate) fn json_bytes<T: serde::Serialize>(v: &T) -> Result<Vec<u8>> {
-    serde_json::to_vec_pretty(v)
-        .map_err(|e| Error::invalid_param("params", "json", format!("cannot serialize: {e}")))
-}
-
-/// The PARAMS section of an attention index.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct AttentionSection {
-    index: String,
-    params: AttentionParams,
-}
-
 impl Persist for AttentionIndex {
-    fn file_kind(&self) -> FileKind {
-        FileKind::Index(IndexKind::Attention)
-    }
     fn key_store(&self) -> &Arc<KeyStore> {
         self.keys()
     }
     fn add_sections<'a>(&'a self, w: &mut FileWriter<'a>) -> Result<()> {
-        match self.graph() {
-            Cow::Borrowed(g) => {
-                w.section(SectionKind::CSR_OFFSETS, bytemuck::cast_slice(g.offsets()));
-                w.section(
-                    SectionKind::CSR_NEIGHBORS,
-                    bytemuck::cast_slice(g.neighbor_array()),
-                );
-            }
-            // After inserts the CSR is assembled for the file.
-            Cow::Owned(g) => {
-                w.section_owned(
-                    SectionKind::CSR_OFFSETS,
-                    bytemuck::cast_slice(g.offsets()).to_vec(),
-                );
-                w.section_owned(
-                    SectionKind::CSR_NEIGHBORS,
-                    bytemuck::cast_slice(g.neighbor_array()).to_vec(),
-                );
-            }
-        }
+        // After inserts the CSR is assembled for the file (owned).
+        add_csr(w, self.graph());
         w.section(
             SectionKind::ENTRY_POINTS,
             bytemuck::cast_slice(self.entries()),
         );
-        let params = AttentionSection {
-            index: "attention".into(),
-            params: self.params().clone(),
-        };
-        w.section_owned(SectionKind::PARAMS, json_bytes(&params)?);
         Ok(())
+    }
+    fn params_section(&self) -> Result<Vec<u8>> {
+        params_json("attention", self.params(), None)
     }
 }
 
 impl Persist for FlatIndex {
-    fn file_kind(&self) -> FileKind {
-        FileKind::Index(IndexKind::Flat)
-    }
     fn key_store(&self) -> &Arc<KeyStore> {
         self.keys()
     }
-    fn add_sections<'a>(&'a self, w: &mut FileWriter<'a>) -> Result<()> {
-        w.section_owned(
-            SectionKind::PARAMS,
-            json_bytes(&serde_json::json!({"index": "flat"}))?,
-        );
-        Ok(())
+    fn params_section(&self) -> Result<Vec<u8>> {
+        json_bytes(&serde_json::json!({"index": "flat"}))
     }
 }
 
-impl AttentionIndex {
+/// The inherent `save` of each kind (callers need not import [`Persist`]).
+macro_rules! save_inline {
+    ($($(#[$doc:meta])* $kind:ty;)*) => {$(
+        impl $kind {
+            $(#[$doc])*
+            pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+                self.writer(KeysPlacement::Inline)?.write(path.as_ref())
+            }
+        }
+    )*};
+}
+
+save_inline! {
     /// Writes the index with its keys to one self-contained file at `path` (docs/FORMAT.md),
     /// atomically: a failure leaves any old file at `path` as it was.
-    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        self.writer(KeysPlacement::Inline)?.write(path.as_ref())
-    }
-}
-
-impl FlatIndex {
+    AttentionIndex;
     /// Writes the index with its keys to one self-contained file at `path`, atomically.
-    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        self.writer(KeysPlacement::Inline)?.write(path.as_ref())
-    }
+    FlatIndex;
+    /// Writes the index with its keys to one self-contained file at `path` (docs/FORMAT.md),
+    /// atomically: a failure leaves any old file at `path` as it was.
+    HnswIndex;
+    /// Writes the index (centroids, lists and its list-ordered keys) to one self-contained
+    /// file at `path`, atomically.
+    IvfIndex;
+    /// Writes the index with its keys to one self-contained file at `path`, atomically.
+    VamanaIndex;
 }
 
 /// Keys stored in `raw` (a key file or a self-contained index), borrowed from its mapping.
 pub fn keys_from(raw: &RawFile) -> Result<Arc<KeyStore>> {
-    let h = raw.header();
-    let dtype = h.dtype.ok_or_else(|| {
-        Error::format(raw.path(), "header", "dtype is 0 but the file stores keys")
-    })?;
-    let count = h.n.checked_mul(u64::from(h.d)).ok_or_else(|| {
-        raw.error(
-            SectionKind::KEYS,
-            format!("n × d = {} × {} overflows", h.n, h.d),
-        )
-    })?;
-    let d = h.d as usize;
-    let store = match dtype {
-        Dtype::F16 => KeyStore::from_buf_f16(raw.array::<f16>(SectionKind::KEYS, count)?, d),
-        Dtype::F32 => KeyStore::from_buf_f32(raw.array::<f32>(SectionKind::KEYS, count)?, d),
-    }
-    .map_err(|e| raw.error(SectionKind::KEYS, e.to_string()))?;
-    Ok(Arc::new(store))
+    Ok(Arc::new(stored_keys(raw, SectionKind::KEYS)?))
 }
 
 /// Finds the keys of an index file whose keys live elsewhere.
@@ -248,27 +222,8 @@ pub fn decode(
         }
         FileKind::Index(IndexKind::Attention) => {
             let keys = index_keys(raw, resolve)?;
-            let n = h.n;
-            let offsets = raw.array::<u32>(SectionKind::CSR_OFFSETS, n + 1)?;
-            let neighbors = raw.array_of::<u32>(raw.required(SectionKind::CSR_NEIGHBORS)?)?;
             // O(1) checks that hold for every file; the scan of all ids is in `deep_check`.
-            let (first, last) = (
-                offsets.as_slice().first().copied(),
-                offsets.as_slice().last().copied(),
-            );
-            if first != Some(0) {
-                return Err(raw.error(SectionKind::CSR_OFFSETS, "offsets[0] is not 0"));
-            }
-            if last.map(|x| x as usize) != Some(neighbors.as_slice().len()) {
-                return Err(raw.error(
-                    SectionKind::CSR_OFFSETS,
-                    format!(
-                        "offsets end at {last:?} but csr_neighbors holds {} ids",
-                        neighbors.as_slice().len()
-                    ),
-                ));
-            }
-            let graph = Csr::from_bufs_unchecked(offsets, neighbors);
+            let graph = mapped_csr(raw)?;
             let entries = raw
                 .array_of::<u32>(raw.required(SectionKind::ENTRY_POINTS)?)?
                 .as_slice()
@@ -276,13 +231,8 @@ pub fn decode(
             if entries.is_empty() {
                 return Err(raw.error(SectionKind::ENTRY_POINTS, "no entry point"));
             }
-            if let Some(bad) = entries.iter().find(|&&e| u64::from(e) >= n) {
-                return Err(raw.error(
-                    SectionKind::ENTRY_POINTS,
-                    format!("entry point {bad} is not below n = {n}"),
-                ));
-            }
-            let p: AttentionSection = raw.json(SectionKind::PARAMS)?;
+            check_entries(raw, &entries)?;
+            let p: Section<AttentionParams> = raw.json(SectionKind::PARAMS)?;
             p.params
                 .validate()
                 .map_err(|e| raw.error(SectionKind::PARAMS, e.to_string()))?;
@@ -324,14 +274,9 @@ pub fn deep_check(raw: &RawFile, index: &AnyIndex) -> Result<()> {
         }
     }
     if let AnyIndex::Attention(a) = index {
-        a.graph().validate().map_err(|reason| {
-            let section = if reason.contains("neighbour id") {
-                SectionKind::CSR_NEIGHBORS
-            } else {
-                SectionKind::CSR_OFFSETS
-            };
-            raw.error(section, reason)
-        })?;
+        a.graph()
+            .validate()
+            .map_err(|reason| graph_error(raw, reason))?;
     }
     super::baselines::deep_check(raw, index)?;
     Ok(())

@@ -6,7 +6,9 @@
 //! | `writer.rs` | [`FileWriter`] (layout, padding, checksums) and [`write_atomic`] |
 //! | `reader.rs` | [`RawFile`]: map, check header and table, typed section views |
 //! | `buf.rs` | [`Buf`]: owned or mapped arrays behind one slice accessor |
-//! | `kinds.rs` | per-kind sections ([`Persist`]) and decoding |
+//! | `kinds.rs` | [`Persist`], the attention and flat sections, `save`, decoding of any file |
+//! | `baselines.rs` | the sections of HNSW, IVF and Vamana, their decoders and full checks |
+//! | `sections.rs` | codecs shared by the kinds: PARAMS JSON, CSR graphs, entry points, key arrays |
 //! | `bundle.rs` | bundles: keys stored once per KV head, one index file per query head |
 //! | `mod.rs` | [`load`], [`verify`], [`inspect`], [`AnyIndex`] |
 //!
@@ -26,6 +28,7 @@ pub mod bundle;
 pub mod format;
 mod kinds;
 mod reader;
+mod sections;
 mod writer;
 
 pub use buf::{Backing, Buf, Mapped};
@@ -103,6 +106,20 @@ pub enum AnyIndex {
     Vamana(VamanaIndex),
 }
 
+/// A `match` on the kind of an [`AnyIndex`] with one arm for every variant: `$e` with `$i`
+/// bound to the variant's index.
+macro_rules! each_kind {
+    ($any:expr, $i:ident => $e:expr) => {
+        match $any {
+            AnyIndex::Attention($i) => $e,
+            AnyIndex::Flat($i) => $e,
+            AnyIndex::Hnsw($i) => $e,
+            AnyIndex::Ivf($i) => $e,
+            AnyIndex::Vamana($i) => $e,
+        }
+    };
+}
+
 impl AnyIndex {
     /// The attention index, if this is one.
     pub fn as_attention(&self) -> Option<&AttentionIndex> {
@@ -146,47 +163,23 @@ impl AnyIndex {
 
     /// The index as a trait object.
     pub fn as_dyn(&self) -> &dyn AnnIndex {
-        match self {
-            AnyIndex::Attention(a) => a,
-            AnyIndex::Flat(f) => f,
-            AnyIndex::Hnsw(h) => h,
-            AnyIndex::Ivf(i) => i,
-            AnyIndex::Vamana(v) => v,
-        }
+        each_kind!(self, index => index)
     }
 
     /// The index as a boxed trait object.
     pub fn into_box(self) -> Box<dyn AnnIndex> {
-        match self {
-            AnyIndex::Attention(a) => Box::new(a),
-            AnyIndex::Flat(f) => Box::new(f),
-            AnyIndex::Hnsw(h) => Box::new(h),
-            AnyIndex::Ivf(i) => Box::new(i),
-            AnyIndex::Vamana(v) => Box::new(v),
-        }
+        each_kind!(self, index => Box::new(index))
     }
 
     /// The keys it searches. For IVF these are its own copy in list order (row `p` is key
     /// `list_ids()[p]`), as it keeps no id-ordered store.
     pub fn key_store(&self) -> &Arc<KeyStore> {
-        match self {
-            AnyIndex::Attention(a) => a.keys(),
-            AnyIndex::Flat(f) => f.keys(),
-            AnyIndex::Hnsw(h) => h.keys(),
-            AnyIndex::Ivf(i) => i.list_keys(),
-            AnyIndex::Vamana(v) => v.keys(),
-        }
+        self.as_persist().key_store()
     }
 
     /// The index as something [`Persist`] can write.
     pub fn as_persist(&self) -> &dyn Persist {
-        match self {
-            AnyIndex::Attention(a) => a,
-            AnyIndex::Flat(f) => f,
-            AnyIndex::Hnsw(h) => h,
-            AnyIndex::Ivf(i) => i,
-            AnyIndex::Vamana(v) => v,
-        }
+        each_kind!(self, index => index)
     }
 
     /// Writes the index with its keys to one self-contained file, atomically.

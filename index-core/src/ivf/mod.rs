@@ -25,7 +25,7 @@ pub use kmeans::Assignment;
 pub use params::IvfParams;
 
 use crate::cancel::Cancel;
-use crate::error::{Error, Result};
+use crate::error::{at_least_one, Error, Result};
 use crate::io::Buf;
 use crate::scratch::Scratch;
 use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};
@@ -139,27 +139,19 @@ impl IvfIndex {
             ids[*slot as usize] = id as u32;
             *slot += 1;
         }
+        // The rows of `ids`, in that order.
+        fn gather<T: Copy>(rows: &[T], ids: &[u32], dim: usize) -> Vec<T> {
+            ids.iter()
+                .flat_map(|&id| {
+                    rows[id as usize * dim..(id as usize + 1) * dim]
+                        .iter()
+                        .copied()
+                })
+                .collect()
+        }
         let lists = match keys.rows() {
-            KeysRef::F16(v) => KeyStore::from_f16(
-                ids.iter()
-                    .flat_map(|&id| {
-                        v[id as usize * dim..(id as usize + 1) * dim]
-                            .iter()
-                            .copied()
-                    })
-                    .collect(),
-                dim,
-            )?,
-            KeysRef::F32(v) => KeyStore::from_f32(
-                ids.iter()
-                    .flat_map(|&id| {
-                        v[id as usize * dim..(id as usize + 1) * dim]
-                            .iter()
-                            .copied()
-                    })
-                    .collect(),
-                dim,
-            )?,
+            KeysRef::F16(v) => KeyStore::from_f16(gather(v, &ids, dim), dim)?,
+            KeysRef::F32(v) => KeyStore::from_f32(gather(v, &ids, dim), dim)?,
         };
         let centroids = KeyStore::from_f32(trained.centroids, dim)?;
         let sizes = offsets.windows(2).map(|w| (w[1] - w[0]) as usize);
@@ -371,9 +363,7 @@ impl AnnIndex for IvfIndex {
         let n = key_ids.len();
         check_query(query, self.dim, k, n)?;
         let nprobe = params.nprobe.unwrap_or(self.params.default_nprobe);
-        if nprobe == 0 {
-            return Err(Error::invalid_param("nprobe", 0, "must be at least 1"));
-        }
+        at_least_one("nprobe", nprobe)?;
         let nlist = self.nlist();
         let nprobe = nprobe.min(nlist);
         out.clear();

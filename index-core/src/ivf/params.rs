@@ -1,7 +1,7 @@
 //! Build parameters of [`super::IvfIndex`].
 
 use super::kmeans::Assignment;
-use crate::error::{Error, Result};
+use crate::error::{at_least_one, Error, Result};
 
 /// Build parameters of the IVF index.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -50,20 +50,7 @@ impl IvfParams {
         if self.nlist == Some(0) {
             return Err(Error::invalid_param("nlist", 0, "must be at least 1"));
         }
-        if self.max_train_per_list == 0 {
-            return Err(Error::invalid_param(
-                "max_train_per_list",
-                0,
-                "must be at least 1",
-            ));
-        }
-        if self.default_nprobe == 0 {
-            return Err(Error::invalid_param(
-                "default_nprobe",
-                0,
-                "must be at least 1",
-            ));
-        }
-        Ok(())
+        at_least_one("max_train_per_list", self.max_train_per_list)?;
+        at_least_one("default_nprobe", self.default_nprobe)
     }
 }

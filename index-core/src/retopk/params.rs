@@ -1,7 +1,7 @@
 //! Parameters of [`super::ReTopK`] and their presets (names as in the paper, "Recall Before You
 //! Rank", arXiv 2607.27692, §3: `C`, `R`, `W`, `τ`, `T_r`, `K`).
 
-use crate::error::{Error, Result};
+use crate::error::{at_least_one, Error, Result};
 
 /// Parameters of the ReTopK selector of one (layer, query head).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -51,12 +51,8 @@ impl ReTopKParams {
 
     /// Checks ranges: `c ≥ 1`, `1 ≤ r ≤ c`, `k ≥ 1`, `refresh ≥ 1`, `τ` finite in `[−1, 1]`.
     pub fn validate(&self) -> Result<()> {
-        if self.c == 0 {
-            return Err(Error::invalid_param("c", self.c, "must be at least 1"));
-        }
-        if self.r == 0 {
-            return Err(Error::invalid_param("r", self.r, "must be at least 1"));
-        }
+        at_least_one("c", self.c)?;
+        at_least_one("r", self.r)?;
         if self.r > self.c {
             return Err(Error::invalid_param(
                 "r",
@@ -64,9 +60,7 @@ impl ReTopKParams {
                 format!("must be at most c = {}", self.c),
             ));
         }
-        if self.k == 0 {
-            return Err(Error::invalid_param("k", self.k, "must be at least 1"));
-        }
+        at_least_one("k", self.k)?;
         if !self.tau.is_finite() || !(-1.0..=1.0).contains(&self.tau) {
             return Err(Error::invalid_param(
                 "tau",
@@ -74,14 +68,7 @@ impl ReTopKParams {
                 "must be a cosine similarity in [-1, 1]",
             ));
         }
-        if self.refresh == 0 {
-            return Err(Error::invalid_param(
-                "refresh",
-                self.refresh,
-                "must be at least 1",
-            ));
-        }
-        Ok(())
+        at_least_one("refresh", self.refresh)
     }
 }
 
