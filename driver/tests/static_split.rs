@@ -3,6 +3,7 @@
 //! output equals the policy attending everything itself, for every policy kind; the supplier is
 //! asked once per layer step; a malformed supply is an error. Synthetic data, no model needed.
 
+use qkindex::CpuKnn;
 use qkindex_driver::model::{DecodeAttention, StaticParts};
 use qkindex_driver::retrieval::{PolicyConfig, PolicyKind, RestKind, Retrieval, Shape};
 
@@ -89,10 +90,18 @@ fn check(kind: PolicyKind, index: RestKind) {
         ..PolicyConfig::new(kind)
     };
     let keys_of = |_layer: usize, g: usize| k[g * cap * hd..(g * cap + n0) * hd].to_vec();
-    let mut plain =
-        Retrieval::new(cfg.clone(), SHAPE, &keys_of, n0, &prefill_q, |_, _| {}).expect("policy");
+    let mut plain = Retrieval::new(
+        cfg.clone(),
+        SHAPE,
+        &keys_of,
+        n0,
+        &prefill_q,
+        &CpuKnn,
+        |_, _| {},
+    )
+    .expect("policy");
     let mut split =
-        Retrieval::new(cfg, SHAPE, &keys_of, n0, &prefill_q, |_, _| {}).expect("policy");
+        Retrieval::new(cfg, SHAPE, &keys_of, n0, &prefill_q, &CpuKnn, |_, _| {}).expect("policy");
     for t in 0..steps {
         let pos = n0 + t;
         for layer in 0..SHAPE.n_layers {
@@ -163,7 +172,7 @@ fn dense_layers_attend_everything_themselves() {
     let q: Vec<Vec<f32>> = (0..SHAPE.n_layers)
         .map(|l| values(n0 * width, 20 + l as u64))
         .collect();
-    let r = Retrieval::new(cfg, SHAPE, &keys_of, n0, &q, |_, _| {}).expect("policy");
+    let r = Retrieval::new(cfg, SHAPE, &keys_of, n0, &q, &CpuKnn, |_, _| {}).expect("policy");
     assert!(r.static_set(1, n0).is_none());
     assert_eq!(r.static_set(0, n0), Some((16, n0 + 1 - 64)));
 }

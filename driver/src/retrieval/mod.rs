@@ -351,13 +351,15 @@ pub struct Retrieval {
 impl Retrieval {
     /// State for decoding after a prefill of `n` positions: `keys_of(layer, g)` gives at least
     /// the first `n` keys of that layer and KV head (row-major), `prefill_q[layer]` the queries (row-major `n_prefill × (n_heads · head_dim)`; may be empty for policies
-    /// without an index). `progress` is called after each (layer, KV head) build.
+    /// without an index). Index builds run their exact kNN on `knn`. `progress` is called after
+    /// each (layer, KV head) build.
     pub fn new(
         cfg: PolicyConfig,
         model: Shape,
         keys_of: &dyn Fn(usize, usize) -> Vec<f32>,
         n: usize,
         prefill_q: &[Vec<f32>],
+        knn: &dyn qkindex::KnnBackend,
         mut progress: impl FnMut(usize, usize),
     ) -> Result<Self, ModelError> {
         let t0 = Instant::now();
@@ -420,7 +422,7 @@ impl Retrieval {
                             ..Default::default()
                         };
                         Some(RestIndex::build(
-                            kind, rest_keys, hd, &train, dtype, &attention,
+                            kind, rest_keys, hd, &train, dtype, &attention, knn,
                         )?)
                     }
                 };

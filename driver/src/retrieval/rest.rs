@@ -13,7 +13,8 @@ use half::f16;
 
 use qkindex::{
     AnnIndex, AttentionIndex, AttentionParams, Dtype, FlatIndex, HnswIndex, HnswParams, IvfIndex,
-    IvfParams, KeyStore, Scratch, SearchOutput, SearchParams, VamanaIndex, VamanaParams,
+    IvfParams, KeyStore, KnnBackend, Scratch, SearchOutput, SearchParams, VamanaIndex,
+    VamanaParams,
 };
 
 /// Index kinds that a retrieval policy can search.
@@ -50,7 +51,8 @@ pub enum RestIndex {
 
 impl RestIndex {
     /// Builds an index of `kind` over `keys` (`n × dim` row-major), with `train_queries` for the
-    /// kinds that learn from queries (`attention`: the AttentionIndex's build parameters).
+    /// kinds that learn from queries (`attention`: the AttentionIndex's build parameters), the
+    /// exact kNN of builds on `knn`.
     pub fn build(
         kind: RestKind,
         keys: Vec<f32>,
@@ -58,6 +60,7 @@ impl RestIndex {
         train_queries: &[f32],
         dtype: Dtype,
         attention: &AttentionParams,
+        knn: &dyn KnnBackend,
     ) -> qkindex::Result<Self> {
         let store = Arc::new(match dtype {
             Dtype::F32 => KeyStore::from_f32(keys, dim)?,
@@ -77,7 +80,7 @@ impl RestIndex {
                 store,
                 train_queries,
                 attention,
-                crate::knn::backend()?,
+                knn,
             )?)),
             RestKind::Flat => Ok(RestIndex::Flat(FlatIndex::new(store))),
             RestKind::Hnsw => frozen(Box::new(HnswIndex::build(store, &HnswParams::default())?)),
@@ -89,12 +92,7 @@ impl RestIndex {
                     ..VamanaParams::default()
                 };
                 let train = robust.then_some(train_queries);
-                frozen(Box::new(VamanaIndex::build(
-                    store,
-                    train,
-                    &params,
-                    crate::knn::backend()?,
-                )?))
+                frozen(Box::new(VamanaIndex::build(store, train, &params, knn)?))
             }
         }
     }
