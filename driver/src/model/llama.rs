@@ -62,6 +62,16 @@ impl RopeTables {
     }
 }
 
+/// The inputs of one forward call: `tokens` at positions `cache.len()..`, the capture and the
+/// decode policy of [`Llama::forward_with`], and the timings its time is added to.
+pub(crate) struct Pass<'a, 'c> {
+    pub tokens: &'a [u32],
+    pub cache: &'a mut KvCache,
+    pub capture: Option<&'a mut CaptureFn<'c>>,
+    pub policy: Option<&'a mut dyn DecodeAttention>,
+    pub timings: &'a mut Timings,
+}
+
 /// A loaded model: configuration, f32 weights and RoPE tables, and the device that runs its
 /// forward passes ([`ModelDevice`]; the CPU unless set otherwise).
 #[derive(Debug)]
@@ -149,14 +159,21 @@ impl Llama {
         timings: &mut Timings,
     ) -> Result<Vec<f32>> {
         self.check_call(tokens, cache)?;
+        let pass = Pass {
+            tokens,
+            cache,
+            capture,
+            policy: policy.map(|p| p as &mut dyn DecodeAttention),
+            timings,
+        };
         match &self.device {
             ModelDevice::Cpu => {
                 let mut cpu = CpuBackend {
                     ropes: self.ropes.tables(),
                 };
-                self.forward_on(&mut cpu, &self.w, tokens, cache, capture, policy, timings)
+                self.forward_on(&mut cpu, &self.w, pass)
             }
-            ModelDevice::Cuda(cuda) => cuda.forward(self, tokens, cache, capture, policy, timings),
+            ModelDevice::Cuda(cuda) => cuda.forward(self, pass),
         }
     }
 
@@ -177,18 +194,20 @@ impl Llama {
         Ok(())
     }
 
-    /// The forward pass on backend `b` with its copy `w` of the weights (checked call).
-    #[allow(clippy::too_many_arguments)]
+    /// The forward pass on backend `b` with its copy `w` of the weights (a checked call).
     pub(crate) fn forward_on<B: Backend>(
         &self,
         b: &mut B,
         w: &Weights<B::Tensor>,
-        tokens: &[u32],
-        cache: &mut KvCache,
-        capture: Option<&mut CaptureFn<'_>>,
-        policy: Option<&mut dyn DecodeAttention>,
-        timings: &mut Timings,
+        pass: Pass<'_, '_>,
     ) -> Result<Vec<f32>> {
+        let Pass {
+            tokens,
+            cache,
+            capture,
+            policy,
+            timings,
+        } = pass;
         let c = &self.cfg;
         let (rows, pos0) = (tokens.len(), cache.len());
         let mut timer = Timer::new(timings, B::TIMES_MATMUL);
@@ -204,6 +223,7 @@ impl Llama {
             pos0,
             cache,
             capture,
+            // A shorter-lived trait object for the layers (`&mut dyn` is invariant).
             policy: policy.map(|p| p as &mut dyn DecodeAttention),
             timer,
         };

@@ -32,10 +32,8 @@ use qkindex_gpu::cudarc::driver::{CudaContext, CudaSlice};
 use qkindex_gpu::GpuError;
 
 use super::backend::Timings;
-use super::cache::KvCache;
 use super::error::{ModelError, Result};
-use super::hooks::{CaptureFn, DecodeAttention};
-use super::llama::Llama;
+use super::llama::{Llama, Pass};
 use super::weights::Weights;
 use call::CudaCall;
 use kernels::{Dev, Kernels};
@@ -175,20 +173,12 @@ impl CudaBackend {
     }
 
     /// [`Llama::forward_with`] on this device (a checked call): uploads the weights on first use,
-    /// mirrors `cache`, and runs the forward pass over a [`CudaCall`].
-    pub(crate) fn forward(
-        &self,
-        model: &Llama,
-        tokens: &[u32],
-        cache: &mut KvCache,
-        capture: Option<&mut CaptureFn<'_>>,
-        policy: Option<&mut dyn DecodeAttention>,
-        timings: &mut Timings,
-    ) -> Result<Vec<f32>> {
+    /// mirrors the cache, and runs the forward pass over a [`CudaCall`].
+    pub(crate) fn forward(&self, model: &Llama, pass: Pass<'_, '_>) -> Result<Vec<f32>> {
         let wall = Instant::now();
         let mut guard = self.lock()?;
         guard.upload_weights(model)?;
-        let ci = guard.mirror(cache, model)?;
+        let ci = guard.mirror(pass.cache, model)?;
         let Inner {
             dev,
             w,
@@ -205,12 +195,10 @@ impl CudaBackend {
                 &w.ropes,
                 Some(&mut caches[ci]),
                 stats,
-                (tokens.len(), cache.len()),
+                (pass.tokens.len(), pass.cache.len()),
                 model.cfg.heads(),
             )?;
-            model.forward_on(
-                &mut call, &w.weights, tokens, cache, capture, policy, timings,
-            )?
+            model.forward_on(&mut call, &w.weights, pass)?
         };
         // The GPU queue is synchronous at the downloads: host intervals are real.
         stats.forward_calls += 1;
