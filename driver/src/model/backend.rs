@@ -232,3 +232,28 @@ impl<'t> Timer<'t> {
         self.last = now;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn laps_go_to_their_part_and_matmul_to_other_on_asynchronous_devices() {
+        for times_matmul in [true, false] {
+            let mut t = Timings::default();
+            let mut timer = Timer::new(&mut t, times_matmul);
+            for part in [Part::Matmul, Part::Attention, Part::Other] {
+                std::thread::sleep(Duration::from_millis(2));
+                timer.lap(part);
+            }
+            assert!(t.attention >= Duration::from_millis(2));
+            if times_matmul {
+                assert!(t.matmul >= Duration::from_millis(2));
+                assert!(t.other >= Duration::from_millis(2));
+            } else {
+                assert_eq!(t.matmul, Duration::ZERO);
+                assert!(t.other >= Duration::from_millis(4));
+            }
+        }
+    }
+}

@@ -289,3 +289,23 @@ pub fn argmax(logits: &[f32], skip: impl Fn(u32) -> bool) -> u32 {
     }
     best.0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_with_one_rope_base_share_one_table() {
+        let cfg = Config {
+            n_layers: 3,
+            context_length: 16,
+            ..Config::smollm2_135m()
+        };
+        let r = RopeTables::new(&cfg);
+        assert_eq!(r.tables().len(), 1);
+        assert_eq!((0..3).map(|l| r.of_layer(l)).collect::<Vec<_>>(), [0, 0, 0]);
+        assert_eq!(r.tables()[0].max_pos(), 16);
+        let want = Rope::new(cfg.head_dim, cfg.rope_theta, 16);
+        assert_eq!(r.tables()[0].tables(), want.tables());
+    }
+}
