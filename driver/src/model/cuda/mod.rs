@@ -10,7 +10,8 @@
 //! - A decode step with a retrieval policy: the GPU computes q/k/v and the attention over the
 //!   policy's static positions (sink and window) as online-softmax parts, while the CPU searches
 //!   the layer's indexes (the policy, rayon over heads); the policy then takes the GPU's parts
-//!   ([`DecodeAttention::attend_split`]), attends the retrieved keys and merges exactly.
+//!   ([`DecodeAttention::attend_split`](crate::model::DecodeAttention::attend_split)), attends
+//!   the retrieved keys and merges exactly.
 //!   [`CudaStats`] records how the two overlapped.
 //!
 //! | file | job |
