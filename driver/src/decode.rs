@@ -66,12 +66,13 @@ pub struct Decoder<'m> {
 
 impl<'m> Decoder<'m> {
     /// A decoder continuing `prefill` for up to `extra` more positions; builds the policy's
-    /// indexes (`progress(done, total)` after each KV head).
+    /// indexes with their exact kNN on `knn` (`progress(done, total)` after each KV head).
     pub fn new(
         llama: &'m Llama,
         prefill: &Prefill,
         cfg: &PolicyConfig,
         extra: usize,
+        knn: &dyn qkindex::KnnBackend,
         mut progress: impl FnMut(usize, usize),
     ) -> Result<Self, ModelError> {
         let hd = llama.cfg.head_dim;
@@ -86,7 +87,7 @@ impl<'m> Decoder<'m> {
                 &cache_keys(&cache, hd),
                 cache.len(),
                 &prefill.q,
-                crate::knn::backend().map_err(qkindex::Error::from)?,
+                knn,
                 |layer, g| progress(layer * llama.cfg.n_kv_heads + g + 1, total),
             )?),
         };

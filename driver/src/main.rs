@@ -63,20 +63,20 @@ fn parse_device(s: &str) -> Result<qkindex_gpu::Device, String> {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    qkindex_driver::knn::set_device(cli.device);
+    let devices = qkindex_driver::devices::Devices::from_flag(cli.device);
     match cli.command {
-        Command::Demo(args) => cmd::demo::run(args),
-        Command::Eval(args) => cmd::eval::run(args),
-        Command::DecodeBench(args) => cmd::decode_bench::run(args),
-        Command::Passkey(args) => cmd::passkey::run(args),
-        Command::Bench(args) => cmd::bench::run(args),
+        Command::Demo(args) => cmd::demo::run(args, &devices),
+        Command::Eval(args) => cmd::eval::run(args, &devices),
+        Command::DecodeBench(args) => cmd::decode_bench::run(args, &devices),
+        Command::Passkey(args) => cmd::passkey::run(args, &devices),
+        Command::Bench(args) => cmd::bench::run(args, &devices),
         Command::Report(args) => cmd::report::run(args),
         Command::Scaling(args) => cmd::scaling::run(args),
-        Command::Generate(args) => cmd::generate::run(args),
-        Command::GpuCheck(args) => cmd::gpu_check::run(args),
-        Command::Ppl(args) => cmd::ppl::run(args),
-        Command::Dump(args) => cmd::dump::run(args),
-        Command::Build(args) => cmd::build::run(args),
+        Command::Generate(args) => cmd::generate::run(args, &devices),
+        Command::GpuCheck(args) => cmd::gpu_check::run(args, &devices),
+        Command::Ppl(args) => cmd::ppl::run(args, &devices),
+        Command::Dump(args) => cmd::dump::run(args, &devices),
+        Command::Build(args) => cmd::build::run(args, &devices),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Verify(args) => cmd::verify::run(args),
     }

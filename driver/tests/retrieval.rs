@@ -4,7 +4,9 @@
 
 use std::path::Path;
 
+use qkindex::CpuKnn;
 use qkindex_driver::decode::{prefill, Decoder};
+use qkindex_driver::devices::Devices;
 use qkindex_driver::model::{find_default_model, Model};
 use qkindex_driver::retrieval::{PolicyConfig, PolicyKind, RestKind};
 
@@ -14,7 +16,7 @@ fn model() -> Option<Model> {
         println!("SKIP: no model in models/ (run scripts/get-model.sh)");
         return None;
     };
-    Some(Model::load(&path, None).expect("the default model loads"))
+    Some(Model::load(&path, None, &Devices::cpu()).expect("the default model loads"))
 }
 
 fn tokens(m: &Model, n: usize) -> Vec<u32> {
@@ -40,7 +42,8 @@ fn config(kind: PolicyKind, index: RestKind, k: usize) -> PolicyConfig {
 /// Logits of `steps` teacher-forced decode steps after a prefill of `n0` tokens.
 fn decode(m: &Model, ids: &[u32], n0: usize, cfg: &PolicyConfig) -> (Vec<Vec<f32>>, Vec<usize>) {
     let pre = prefill(&m.llama, &ids[..n0], n0, true).expect("prefill");
-    let mut dec = Decoder::new(&m.llama, &pre, cfg, ids.len() - n0, |_, _| {}).expect("decoder");
+    let mut dec =
+        Decoder::new(&m.llama, &pre, cfg, ids.len() - n0, &CpuKnn, |_, _| {}).expect("decoder");
     let mut out = Vec::new();
     let mut rest = Vec::new();
     for &t in &ids[n0..] {
@@ -137,7 +140,7 @@ fn retopk_selects_valid_keys_and_reuses() {
     cfg.retopk.w = 8;
     cfg.retopk.tau = 0.5;
     let pre = prefill(&m.llama, &ids[..240], 240, true).expect("prefill");
-    let mut dec = Decoder::new(&m.llama, &pre, &cfg, 60, |_, _| {}).expect("decoder");
+    let mut dec = Decoder::new(&m.llama, &pre, &cfg, 60, &CpuKnn, |_, _| {}).expect("decoder");
     for &t in &ids[240..] {
         let logits = dec.step(t).expect("step");
         assert!(logits.iter().all(|x| x.is_finite()));
@@ -166,6 +169,7 @@ fn contexts_too_short_for_an_index_are_errors() {
         &pre,
         &config(PolicyKind::IndexTopk, RestKind::Attention, 10),
         4,
+        &CpuKnn,
         |_, _| {},
     )
     .expect_err("60 tokens do not exceed sink + window = 80");
@@ -173,12 +177,12 @@ fn contexts_too_short_for_an_index_are_errors() {
     let mut cfg = config(PolicyKind::ExactTopk, RestKind::Flat, 0);
     cfg.window = 8;
     assert!(
-        Decoder::new(&m.llama, &pre, &cfg, 4, |_, _| {}).is_err(),
+        Decoder::new(&m.llama, &pre, &cfg, 4, &CpuKnn, |_, _| {}).is_err(),
         "k = 0"
     );
     // Without captured queries an index cannot be built.
     let bare = prefill(&m.llama, &ids, 60, false).expect("prefill");
     let mut cfg = config(PolicyKind::IndexTopk, RestKind::Attention, 10);
     cfg.window = 8;
-    assert!(Decoder::new(&m.llama, &bare, &cfg, 4, |_, _| {}).is_err());
+    assert!(Decoder::new(&m.llama, &bare, &cfg, 4, &CpuKnn, |_, _| {}).is_err());
 }

@@ -13,9 +13,9 @@ const SHAPE: Shape = Shape {
     head_dim: 16,
 };
 
-/// The exact kNN of index builds (the CPU unless the process chose a device).
+/// The exact kNN of index builds: the CPU reference.
 fn knn() -> &'static dyn qkindex::KnnBackend {
-    qkindex_driver::knn::backend().expect("a kNN backend")
+    &qkindex::CpuKnn
 }
 
 /// Deterministic values in [-1, 1) (splitmix64).

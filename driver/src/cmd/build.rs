@@ -20,6 +20,7 @@ use qkindex::dump::{Dump, Part};
 use qkindex::io::bundle::BundleWriter;
 use qkindex::io::{AnyIndex, Persist};
 use qkindex::{AttentionIndex, AttentionParams, FlatIndex, KeyStore};
+use qkindex_driver::devices::Devices;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -94,7 +95,7 @@ pub struct BuildArgs {
     pub baseline: BaselineArgs,
 }
 
-pub fn run(args: BuildArgs) -> Result<()> {
+pub fn run(args: BuildArgs, devices: &Devices) -> Result<()> {
     let dump =
         Dump::open(&args.dump).with_context(|| format!("opening dump {}", args.dump.display()))?;
     let m = dump.manifest.clone();
@@ -160,7 +161,7 @@ pub fn run(args: BuildArgs) -> Result<()> {
                             keys.clone(),
                             &train,
                             &params,
-                            qkindex_driver::knn::backend()?,
+                            devices.knn(),
                         )?),
                         baseline => {
                             let input = HeadInput {
@@ -170,8 +171,14 @@ pub fn run(args: BuildArgs) -> Result<()> {
                                 layer,
                                 head: h,
                             };
-                            build_baseline(&baseline.name(), &input, &args.baseline, args.seed)?
-                                .index
+                            build_baseline(
+                                &baseline.name(),
+                                &input,
+                                &args.baseline,
+                                args.seed,
+                                devices.knn(),
+                            )?
+                            .index
                         }
                     }
                 }

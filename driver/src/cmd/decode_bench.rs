@@ -11,6 +11,7 @@ use anyhow::Context;
 use clap::Args;
 use qkindex::dump::{Dump, Part};
 use qkindex::synth::Rng;
+use qkindex_driver::devices::Devices;
 use qkindex_driver::model::DecodeAttention;
 use qkindex_driver::retrieval::{PolicyKind, Retrieval, Shape};
 use serde::Serialize;
@@ -50,7 +51,7 @@ struct BenchResult {
     build_s: f64,
 }
 
-pub fn run(args: DecodeBenchArgs) -> anyhow::Result<()> {
+pub fn run(args: DecodeBenchArgs, devices: &Devices) -> anyhow::Result<()> {
     let dump = Dump::open(&args.dump)?;
     let m = dump.manifest.clone();
     let layer = args.layer.unwrap_or(m.layers[0]);
@@ -118,7 +119,7 @@ pub fn run(args: DecodeBenchArgs) -> anyhow::Result<()> {
             &keys_of,
             n,
             std::slice::from_ref(&pq),
-            qkindex_driver::knn::backend()?,
+            devices.knn(),
             |_, _| {},
         )?;
         let (mut kc, mut vc) = (kc.clone(), vc.clone());

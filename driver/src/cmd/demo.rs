@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use qkindex_driver::decode::{prefill, Decoder, Prefill};
+use qkindex_driver::devices::Devices;
 use qkindex_driver::model::{argmax, find_default_model, LayerCapture, Model};
 use qkindex_driver::retrieval::PolicyKind;
 
@@ -40,11 +41,11 @@ pub struct DemoArgs {
     pub model: ModelArgs,
 }
 
-pub fn run(args: DemoArgs) -> anyhow::Result<()> {
+pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
     if args.model.model.is_none() && find_default_model().is_none() {
         fetch_model()?;
     }
-    let m = args.model.load()?;
+    let m = args.model.load(devices)?;
     let cfg = &m.llama.cfg;
     let ids = m.tokenizer.encode(BUNDLED_TEXT)?;
     let ctx = args.context.min(ids.len());
@@ -84,14 +85,26 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
          (sink {}, window {}), from the prefill queries",
         index_cfg.index, index_cfg.sink, index_cfg.window
     );
-    let mut fast = Decoder::new(&m.llama, &pre, &index_cfg, args.new, |d, _| {
-        bar.set_position(d as u64)
-    })?;
+    let mut fast = Decoder::new(
+        &m.llama,
+        &pre,
+        &index_cfg,
+        args.new,
+        devices.knn(),
+        |d, _| bar.set_position(d as u64),
+    )?;
     bar.finish_and_clear();
     let build_s = fast.stats().map_or(0.0, |s| s.build_s);
     println!("   {total} indexes in {build_s:.1} s");
     let full_cfg = args.policy.config(PolicyKind::Full);
-    let mut full = Decoder::new(&m.llama, &pre, &full_cfg, args.new, |_, _| {})?;
+    let mut full = Decoder::new(
+        &m.llama,
+        &pre,
+        &full_cfg,
+        args.new,
+        devices.knn(),
+        |_, _| {},
+    )?;
 
     println!(
         "== decode: {} tokens, greedy, attention = static + top-{} from the index",

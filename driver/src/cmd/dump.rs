@@ -11,6 +11,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use qkindex_driver::devices::Devices;
 use qkindex_driver::model::{argmax, LayerCapture, Model, ModelError, Timings};
 
 use super::model_args::ModelArgs;
@@ -105,14 +106,14 @@ fn write_ids(path: &Path, ids: &[u32]) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
-pub fn run(args: DumpArgs) -> anyhow::Result<()> {
+pub fn run(args: DumpArgs, devices: &Devices) -> anyhow::Result<()> {
     let input_text = match &args.text {
         Some(p) => {
             Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
         }
         None => None,
     };
-    let m = args.model.load()?;
+    let m = args.model.load(devices)?;
     let cfg = m.llama.cfg.clone();
     let mut prompt = match (&input_text, &args.ids) {
         (Some(t), _) => m.tokenizer.encode(t)?,

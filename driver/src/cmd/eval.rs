@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use qkindex_driver::decode::{log_softmax, prefill, Decoder, Latency, Prefill};
+use qkindex_driver::devices::Devices;
 use qkindex_driver::model::{argmax, Model};
 use qkindex_driver::retrieval::{PolicyConfig, PolicyKind, SeededProbe};
 use serde::Serialize;
@@ -73,14 +74,14 @@ pub struct EvalResult {
     pub recall_by_step: Vec<f64>,
 }
 
-pub fn run(args: EvalArgs) -> anyhow::Result<()> {
+pub fn run(args: EvalArgs, devices: &Devices) -> anyhow::Result<()> {
     let text = match &args.text {
         Some(p) => {
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
         }
         None => super::demo::BUNDLED_TEXT.to_string(),
     };
-    let m = args.model.load()?;
+    let m = args.model.load(devices)?;
     let ids = m.tokenizer.encode(&text)?;
     let (ctx, cont) = (args.context, args.continuation);
     if ctx < 2 || cont == 0 {
@@ -97,7 +98,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     if ctx + cont - 1 > max_pos {
         anyhow::bail!("--context + --continuation − 1 must be at most the model's {max_pos}");
     }
-    let results = evaluate(&m, &ids[..ctx + cont], ctx, &args.policy)?;
+    let results = evaluate(&m, &ids[..ctx + cont], ctx, &args.policy, devices)?;
     print_table(&results);
     if let Some(path) = &args.json {
         let json = if results.len() == 1 {
@@ -111,12 +112,14 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Scores `tokens[ctx..]` after a prefill of `tokens[..ctx − 1]`, under `full` and each policy.
+/// Scores `tokens[ctx..]` after a prefill of `tokens[..ctx − 1]`, under `full` and each policy
+/// (index builds on `devices`).
 pub fn evaluate(
     m: &Model,
     tokens: &[u32],
     ctx: usize,
     policies: &PolicyArgs,
+    devices: &Devices,
 ) -> anyhow::Result<Vec<EvalResult>> {
     let kinds = policies.kinds();
     let needs_q = kinds
@@ -134,6 +137,7 @@ pub fn evaluate(
         let r = run_policy(
             m,
             &pre,
+            devices,
             tokens,
             ctx,
             cont,
@@ -186,6 +190,7 @@ pub fn evaluate(
 fn run_policy(
     m: &Model,
     pre: &Prefill,
+    devices: &Devices,
     tokens: &[u32],
     ctx: usize,
     cont: usize,
@@ -198,7 +203,7 @@ fn run_policy(
         "{msg} {bar:30} {pos}/{len} KV heads [{elapsed}]",
     )?);
     builds.set_message(format!("{}: building", cfg.kind.name()));
-    let mut dec = Decoder::new(&m.llama, pre, cfg, cont, |done, _| {
+    let mut dec = Decoder::new(&m.llama, pre, cfg, cont, devices.knn(), |done, _| {
         builds.set_position(done as u64)
     })?;
     builds.finish_and_clear();

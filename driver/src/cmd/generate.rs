@@ -4,6 +4,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use clap::Args;
+use qkindex_driver::devices::Devices;
 use qkindex_driver::model::{argmax, chat_prompt, ModelError, Timings, DEFAULT_SYSTEM};
 
 use super::model_args::ModelArgs;
@@ -29,8 +30,8 @@ pub struct GenerateArgs {
     pub model: ModelArgs,
 }
 
-pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
-    let m = args.model.load()?;
+pub fn run(args: GenerateArgs, devices: &Devices) -> anyhow::Result<()> {
+    let m = args.model.load(devices)?;
     let text = if args.chat {
         let system = if args.no_system {
             None

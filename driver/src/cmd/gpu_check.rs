@@ -18,9 +18,10 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use clap::Args;
 use qkindex_driver::decode::{prefill, Decoder};
-use qkindex_driver::model::cuda::CudaBackend;
-use qkindex_driver::model::weights::{Config, Weights};
-use qkindex_driver::model::{argmax, find_default_model, Llama, Model, Timings};
+use qkindex_driver::devices::Devices;
+use qkindex_driver::model::{
+    argmax, find_default_model, Config, CudaBackend, Llama, Model, ModelDevice, Timings, Weights,
+};
 use qkindex_driver::retrieval::{PolicyConfig, PolicyKind};
 use serde_json::json;
 
@@ -44,18 +45,18 @@ pub struct GpuCheckArgs {
 }
 
 /// The same model twice: one on the CPU, one on the GPU.
-fn models(seed: u64) -> anyhow::Result<(Llama, Llama, String)> {
+fn models(seed: u64, devices: &Devices) -> anyhow::Result<(Llama, Llama, String)> {
     if let Some(path) = find_default_model() {
-        let mut cpu = Model::load(&path, None)?.llama;
-        cpu.set_backend(None);
-        let mut gpu = Model::load(&path, None)?.llama;
-        gpu.set_backend(Some(Box::new(CudaBackend::new(0)?)));
+        let mut cpu = Model::load(&path, None, devices)?.llama;
+        cpu.set_device(ModelDevice::Cpu);
+        let mut gpu = Model::load(&path, None, devices)?.llama;
+        gpu.set_device(ModelDevice::Cuda(Box::new(CudaBackend::new(0)?)));
         return Ok((cpu, gpu, format!("real model {}", path.display())));
     }
     let cfg = Config::smollm2_135m();
     let cpu = Llama::new(cfg.clone(), Weights::random(&cfg, seed));
     let mut gpu = Llama::new(cfg.clone(), Weights::random(&cfg, seed));
-    gpu.set_backend(Some(Box::new(CudaBackend::new(0)?)));
+    gpu.set_device(ModelDevice::Cuda(Box::new(CudaBackend::new(0)?)));
     Ok((
         cpu,
         gpu,
@@ -94,10 +95,10 @@ fn greedy(m: &Llama, prompt: &[u32], steps: usize) -> anyhow::Result<Vec<u32>> {
     Ok(out)
 }
 
-pub fn run(args: GpuCheckArgs) -> anyhow::Result<()> {
+pub fn run(args: GpuCheckArgs, devices: &Devices) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
-    let (cpu, gpu, source) = models(args.seed).context("opening the GPU backend")?;
-    let backend = gpu.backend_name();
+    let (cpu, gpu, source) = models(args.seed, devices).context("opening the GPU backend")?;
+    let backend = gpu.device_name();
     println!("{backend}; {source}");
     let c = cpu.cfg.clone();
 
@@ -146,7 +147,7 @@ pub fn run(args: GpuCheckArgs) -> anyhow::Result<()> {
             ..PolicyConfig::new(kind)
         };
         let t_build = Instant::now();
-        let mut dec = Decoder::new(&gpu, &pre, &cfg, steps, |_, _| {})?;
+        let mut dec = Decoder::new(&gpu, &pre, &cfg, steps, devices.knn(), |_, _| {})?;
         let build_s = t_build.elapsed().as_secs_f64();
         let before = gpu_stats(&gpu);
         let t = Instant::now();
@@ -272,7 +273,7 @@ fn indexed_reference(
 }
 
 fn gpu_stats(m: &Llama) -> serde_json::Value {
-    m.backend_stats()
+    m.device_stats()
 }
 
 /// Per-token averages of the split-step counters between two snapshots.

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
+use qkindex_driver::devices::Devices;
 use qkindex_driver::model::Model;
 
 #[derive(Debug, Args)]
@@ -18,10 +19,10 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
-    /// Loads the model, reporting the time on stderr.
-    pub fn load(&self) -> anyhow::Result<Model> {
+    /// Loads the model onto `devices`' model device, reporting the time on stderr.
+    pub fn load(&self, devices: &Devices) -> anyhow::Result<Model> {
         let t0 = Instant::now();
-        let m = Model::load_default_or(self.model.as_deref(), self.sha256.as_deref())
+        let m = Model::load_default_or(self.model.as_deref(), self.sha256.as_deref(), devices)
             .context("loading the model")?;
         eprintln!(
             "loaded {} ({} layers) from {} in {:.2} s",

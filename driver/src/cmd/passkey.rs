@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::Args;
 use qkindex::synth::Rng;
 use qkindex_driver::decode::{prefill, Decoder};
+use qkindex_driver::devices::Devices;
 use qkindex_driver::model::{argmax, Model};
 use qkindex_driver::retrieval::PolicyKind;
 use serde::Serialize;
@@ -81,8 +82,8 @@ struct Summary {
     scanned: Option<f64>,
 }
 
-pub fn run(args: PasskeyArgs) -> anyhow::Result<()> {
-    let m = args.model.load()?;
+pub fn run(args: PasskeyArgs, devices: &Devices) -> anyhow::Result<()> {
+    let m = args.model.load(devices)?;
     if args.depths.iter().any(|&d| d > 100) {
         anyhow::bail!("--depths are percentages (0..=100)");
     }
@@ -114,6 +115,7 @@ pub fn run(args: PasskeyArgs) -> anyhow::Result<()> {
                         &pre,
                         &cfg,
                         question.len() + ANSWER_TOKENS,
+                        devices.knn(),
                         |_, _| {},
                     )?;
                     let mut logits = Vec::new();

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
+use qkindex_driver::devices::Devices;
 use qkindex_driver::model::Timings;
 
 use super::model_args::ModelArgs;
@@ -27,10 +28,10 @@ pub struct PplArgs {
 /// Rows of logits computed at once (bounds memory to `ROWS × vocab` floats).
 const ROWS: usize = 256;
 
-pub fn run(args: PplArgs) -> anyhow::Result<()> {
+pub fn run(args: PplArgs, devices: &Devices) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.text)
         .with_context(|| format!("reading {}", args.text.display()))?;
-    let m = args.model.load()?;
+    let m = args.model.load(devices)?;
     let ctx = m.llama.cfg.context_length;
     if args.context < 2 || args.context > ctx {
         anyhow::bail!("--context {} must be in 2..={ctx}", args.context);

@@ -1,21 +1,58 @@
-//! The Llama-family model of the driver (CPU, f32), loaded from a GGUF file.
+//! The model of the driver (CPU f32 or CUDA), loaded from a GGUF file; one forward pass written
+//! once over the operations of a [`Backend`], with the family's choices per layer in an
+//! [`Architecture`] seam (Llama today).
 //!
 //! | file | job |
 //! |---|---|
 //! | `error.rs` | [`ModelError`], the typed errors of everything below |
-//! | `gguf.rs` | GGUF reader (metadata, tensor table, mmap) and a small writer for tests |
+//! | `gguf/` | GGUF reader (metadata, tensor table, mmap) and a small writer for tests |
 //! | `quant.rs` | ggml types; dequantization of F32, F16, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K |
-//! | `weights.rs` | [`Config`] from metadata; f32 weights; undoing llama.cpp's q/k row permutation |
-//! | `tokenizer.rs` | the model's tokenizer (byte-level BPE or SentencePiece); the chat template |
 //! | `spm.rs` | SentencePiece segmentation from a GGUF `llama` vocabulary (Gemma 3) |
-//! | `ops.rs` | RMSNorm, RoPE, linear layers, SwiGLU, causal GQA attention |
+//! | `arch.rs` | [`Architecture`] and [`LayerSpec`]: norms, q/k norm, activation, RoPE, attention kind per layer |
+//! | `config.rs` | [`Config`]: hyperparameters from the `<arch>.*` metadata |
+//! | `weights.rs` | [`Weights`]: f32 tensors of every layer; undoing llama.cpp's q/k row permutation |
+//! | `block.rs` | [`Attention`], [`Mlp`], [`Block`]: `load` from GGUF, `forward` over a [`Backend`] |
+//! | `llama.rs` | [`Llama`]: the embedding, the layer loop, the final norm and the logits; RoPE tables |
+//! | `backend.rs` | the [`Backend`] trait of operations; [`ModelDevice`]; [`Timings`] |
+//! | `cpu.rs` | [`CpuBackend`]: the operations on the CPU (`ops.rs`), the reference |
+//! | `cuda/` | [`CudaBackend`]: the operations on a GPU (`kernels/llama.cu`, cuBLAS), the split decode step |
+//! | `ops.rs` | CPU kernels: RMSNorm, RoPE, linear layers, SwiGLU, causal GQA attention |
 //! | `simd.rs` | vectorizable f32 loops, AVX2+FMA or portable, chosen at run time |
-//! | `llama.rs` | the forward pass with a KV cache and per-layer q/k/v capture; the [`Backend`] trait |
-//! | `cuda.rs` | the CUDA backend: the same forward pass on a GPU, with the split decode step |
+//! | `cache.rs` | [`KvCache`], the canonical host cache |
+//! | `hooks.rs` | what callers plug in: [`LayerCapture`] callbacks, [`DecodeAttention`] policies |
+//! | `tokenizer.rs` | the tokenizer (byte-level BPE, or SentencePiece from `spm.rs`); the chat template |
+//!
+//! The forward pass of `n` tokens at positions `pos0..` ([`Llama::forward_with`]), each step a
+//! [`Backend`] operation (`[matmul]` etc.: the [`Timings`] field its time goes to):
+//! ```text
+//!  tokens ──► embed (× EmbedScale) ─────────────────────────────────────────── x  [other]
+//!  for each Block (LayerSpec):                                 NormPlacement::Pre
+//!    h = rms_norm(x, attn_norm)                                                   [other]
+//!    Attention: q, k, v = linear(h, wq | wk | wv)                                 [matmul]
+//!               (QkNorm) rope(q), rope(k) with the layer's base  ─► append_kv ─► capture
+//!               AttentionKind::Global: att = policy (decode steps) | causal attention
+//!                                                                                 [attention]
+//!               h = linear(att, wo)                                               [matmul]
+//!    x += h;  h = rms_norm(x, ffn_norm)                                           [other]
+//!    Mlp:       gate, up = linear(h, w_gate | w_up)                               [matmul]
+//!               gate = Activation(gate, up)  (SwiGLU)                             [other]
+//!               h = linear(gate, w_down)                                          [matmul]
+//!    x += h
+//!  hidden = rms_norm(x, out_norm) ──► logits = linear(hidden, embed)  (tied head)
+//! ```
+//! On the CUDA backend the linear layers are asynchronous launches, so their time is counted in
+//! `other` (where the queue drains); attention keeps its own field.
 
+pub mod arch;
+pub mod backend;
+pub mod block;
+pub mod cache;
+pub mod config;
+pub mod cpu;
 pub mod cuda;
 pub mod error;
 pub mod gguf;
+pub mod hooks;
 pub mod llama;
 pub mod ops;
 pub mod quant;
@@ -27,13 +64,20 @@ pub mod weights;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+pub use arch::{Architecture, LayerSpec};
+pub use backend::{Backend, Heads, ModelDevice, Timings};
+pub use block::{Attention, Block, Mlp};
+pub use cache::KvCache;
+pub use config::Config;
+pub use cpu::CpuBackend;
+pub use cuda::CudaBackend;
 pub use error::{ModelError, Result};
-pub use llama::{
-    argmax, Backend, CaptureFn, DecodeAttention, KvCache, LayerCapture, Llama, StaticPartFn,
-    StaticParts, Timings,
-};
+pub use hooks::{CaptureFn, DecodeAttention, LayerCapture, StaticPartFn, StaticParts};
+pub use llama::{argmax, Llama};
 pub use tokenizer::{chat_prompt, ModelTokenizer, DEFAULT_SYSTEM};
-pub use weights::Config;
+pub use weights::Weights;
+
+use crate::devices::Devices;
 
 /// File name of the model that `scripts/get-model.sh` fetches into `models/`.
 pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -86,8 +130,9 @@ pub struct Model {
 }
 
 impl Model {
-    /// Loads the GGUF model at `path`. With `expect_sha256`, the file's checksum is verified first.
-    pub fn load(path: &Path, expect_sha256: Option<&str>) -> Result<Self> {
+    /// Loads the GGUF model at `path` to run on `devices`' model device. With `expect_sha256`,
+    /// the file's checksum is verified first.
+    pub fn load(path: &Path, expect_sha256: Option<&str>, devices: &Devices) -> Result<Self> {
         if !path.is_file() {
             return Err(ModelError::ModelNotFound {
                 path: path.to_path_buf(),
@@ -121,7 +166,7 @@ impl Model {
             .map(str::to_owned)
             .unwrap_or_else(|_| path.display().to_string());
         let mut llama = Llama::new(cfg, w);
-        llama.set_backend(crate::knn::model_backend()?);
+        llama.set_device(devices.model_device()?);
         Ok(Self {
             llama,
             tokenizer,
@@ -132,9 +177,13 @@ impl Model {
 
     /// Loads `path` when given (checked against `sha256` when given), else the default model from
     /// `models/`, verified against [`DEFAULT_MODEL_SHA256`].
-    pub fn load_default_or(path: Option<&Path>, sha256: Option<&str>) -> Result<Self> {
+    pub fn load_default_or(
+        path: Option<&Path>,
+        sha256: Option<&str>,
+        devices: &Devices,
+    ) -> Result<Self> {
         match path {
-            Some(p) => Self::load(p, sha256),
+            Some(p) => Self::load(p, sha256, devices),
             None => {
                 let p = find_default_model().ok_or_else(|| ModelError::ModelNotFound {
                     path: default_model_candidates()
@@ -142,7 +191,7 @@ impl Model {
                         .next()
                         .unwrap_or_default(),
                 })?;
-                Self::load(&p, Some(sha256.unwrap_or(DEFAULT_MODEL_SHA256)))
+                Self::load(&p, Some(sha256.unwrap_or(DEFAULT_MODEL_SHA256)), devices)
             }
         }
     }

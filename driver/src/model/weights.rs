@@ -1,114 +1,27 @@
-//! Model configuration from GGUF metadata and the f32 weights, dequantized once at load.
+//! The model's weights, dequantized to f32 once at load: the token embedding (also the output
+//! head), one [`Block`] per layer, the final norm.
 //!
 //! llama.cpp's converter (`convert_hf_to_gguf.py`, `LlamaModel.permute`) reorders the rows of
 //! `attn_q` / `attn_k` within each head so that its interleaved RoPE (pairs `2i, 2i+1`) computes
 //! what Hugging Face's rotate-half RoPE (pairs `i, i + d/2`) computes. We undo that permutation at
-//! load ([`unpermute_rows`]) and apply rotate-half RoPE, so captured q and k are in the Hugging Face
-//! layout of the reference dumps.
+//! load ([`unpermute_rows`], chosen by the layer's `QkRowOrder`) and apply rotate-half RoPE, so
+//! captured q and k are in the Hugging Face layout of the reference dumps.
 
 use rayon::prelude::*;
 
+use super::block::{Attention, Block, Mlp};
+use super::config::Config;
 use super::error::{ModelError, Result};
 use super::gguf::GgufFile;
 
-/// Hyperparameters of a Llama-family model (`llama.*` GGUF metadata).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Config {
-    pub n_layers: usize,
-    /// Hidden size (`embedding_length`).
-    pub dim: usize,
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
-    pub head_dim: usize,
-    pub ffn_dim: usize,
-    pub vocab_size: usize,
-    pub context_length: usize,
-    pub rope_theta: f64,
-    pub rms_eps: f32,
-}
-
-impl Config {
-    /// Reads the configuration of a `general.architecture = "llama"` file.
-    pub fn from_gguf(g: &GgufFile) -> Result<Self> {
-        let arch = g.meta_str("general.architecture")?;
-        if arch != "llama" {
-            return Err(ModelError::Architecture(arch.to_string()));
-        }
-        let u = |k: &str| -> Result<usize> { Ok(g.meta_u64(&format!("llama.{k}"))? as usize) };
-        let dim = u("embedding_length")?;
-        let n_heads = u("attention.head_count")?;
-        let n_kv_heads = u("attention.head_count_kv").unwrap_or(n_heads);
-        let vocab_size = match u("vocab_size") {
-            Ok(v) => v,
-            Err(_) => g.meta_array("tokenizer.ggml.tokens")?.len(),
-        };
-        let bad = |key: &str, reason: &str| ModelError::Metadata {
-            key: key.into(),
-            reason: reason.into(),
-        };
-        if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
-            return Err(bad(
-                "llama.attention.head_count_kv",
-                "must divide the number of query heads",
-            ));
-        }
-        if dim % n_heads != 0 || (dim / n_heads) % 2 != 0 {
-            return Err(bad(
-                "llama.embedding_length",
-                "must be n_heads × an even head dim",
-            ));
-        }
-        let head_dim = dim / n_heads;
-        if let Ok(rope_dims) = u("rope.dimension_count") {
-            if rope_dims != head_dim {
-                return Err(bad(
-                    "llama.rope.dimension_count",
-                    "partial RoPE is not supported",
-                ));
-            }
-        }
-        let cfg = Self {
-            n_layers: u("block_count")?,
-            dim,
-            n_heads,
-            n_kv_heads,
-            head_dim,
-            ffn_dim: u("feed_forward_length")?,
-            vocab_size,
-            context_length: u("context_length")?,
-            rope_theta: g.meta_f64("llama.rope.freq_base").unwrap_or(10000.0),
-            rms_eps: g.meta_f64("llama.attention.layer_norm_rms_epsilon")? as f32,
-        };
-        if cfg.n_layers == 0 || cfg.ffn_dim == 0 || cfg.vocab_size == 0 || cfg.context_length == 0 {
-            return Err(bad("llama.*", "a dimension is zero"));
-        }
-        Ok(cfg)
-    }
-}
-
-/// One transformer block's weights, f32 row-major `out × in` (PyTorch `Linear` layout).
+/// All weights of a model, tensors of type `T` (`Vec<f32>` on the host, row-major `out × in`
+/// for `Linear` weights as in PyTorch).
 #[derive(Debug)]
-pub struct LayerWeights {
-    pub attn_norm: Vec<f32>,
-    /// `(n_heads · head_dim) × dim`, rows in Hugging Face order.
-    pub wq: Vec<f32>,
-    /// `(n_kv_heads · head_dim) × dim`, rows in Hugging Face order.
-    pub wk: Vec<f32>,
-    pub wv: Vec<f32>,
-    pub wo: Vec<f32>,
-    pub ffn_norm: Vec<f32>,
-    pub w_gate: Vec<f32>,
-    pub w_up: Vec<f32>,
-    pub w_down: Vec<f32>,
-}
-
-/// All weights of the model.
-#[derive(Debug)]
-pub struct Weights {
+pub struct Weights<T = Vec<f32>> {
     /// `vocab × dim`; also the output head (tied).
-    pub embed: Vec<f32>,
-    pub layers: Vec<LayerWeights>,
-    pub out_norm: Vec<f32>,
+    pub embed: T,
+    pub blocks: Vec<Block<T>>,
+    pub out_norm: T,
 }
 
 /// Undoes llama.cpp's q/k row permutation: in each head of `head_dim` rows, GGUF row `2i + j`
@@ -130,11 +43,9 @@ pub fn unpermute_rows(w: &[f32], n_heads: usize, head_dim: usize, cols: usize) -
 }
 
 impl Weights {
-    /// Dequantizes every tensor of `cfg`'s model from `g` (in parallel over tensors).
+    /// Dequantizes every tensor of `cfg`'s model from `g` (in parallel over layers).
     pub fn from_gguf(g: &GgufFile, cfg: &Config) -> Result<Self> {
-        let (d, f, hd) = (cfg.dim as u64, cfg.ffn_dim as u64, cfg.head_dim as u64);
-        let q = cfg.n_heads as u64 * hd;
-        let kv = cfg.n_kv_heads as u64 * hd;
+        let d = cfg.dim as u64;
         let embed = g.dequantize("token_embd.weight", &[d, cfg.vocab_size as u64])?;
         if let Ok(t) = g.tensor("output.weight") {
             // Untied output heads exist in other Llama GGUFs; this driver ties them.
@@ -144,66 +55,22 @@ impl Weights {
             });
         }
         let out_norm = g.dequantize("output_norm.weight", &[d])?;
-        let layers = (0..cfg.n_layers)
+        let blocks = (0..cfg.n_layers)
             .into_par_iter()
-            .map(|i| {
-                let t = |name: &str, dims: &[u64]| g.dequantize(&format!("blk.{i}.{name}"), dims);
-                Ok(LayerWeights {
-                    attn_norm: t("attn_norm.weight", &[d])?,
-                    wq: unpermute_rows(
-                        &t("attn_q.weight", &[d, q])?,
-                        cfg.n_heads,
-                        cfg.head_dim,
-                        cfg.dim,
-                    ),
-                    wk: unpermute_rows(
-                        &t("attn_k.weight", &[d, kv])?,
-                        cfg.n_kv_heads,
-                        cfg.head_dim,
-                        cfg.dim,
-                    ),
-                    wv: t("attn_v.weight", &[d, kv])?,
-                    wo: t("attn_output.weight", &[q, d])?,
-                    ffn_norm: t("ffn_norm.weight", &[d])?,
-                    w_gate: t("ffn_gate.weight", &[d, f])?,
-                    w_up: t("ffn_up.weight", &[d, f])?,
-                    w_down: t("ffn_down.weight", &[f, d])?,
-                })
-            })
+            .map(|i| Block::load(g, cfg, i))
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             embed,
-            layers,
+            blocks,
             out_norm,
         })
     }
-}
 
-impl Config {
-    /// SmolLM2-135M's shape (the bundled model), for models with seeded random weights.
-    pub fn smollm2_135m() -> Self {
-        Config {
-            n_layers: 30,
-            dim: 576,
-            n_heads: 9,
-            n_kv_heads: 3,
-            head_dim: 64,
-            ffn_dim: 1536,
-            vocab_size: 49_152,
-            context_length: 8192,
-            rope_theta: 100_000.0,
-            rms_eps: 1e-5,
-        }
-    }
-}
-
-impl Weights {
     /// Seeded random weights of `cfg`'s shape (normal, std 0.02 for matrices and 1 + 0.1·normal
     /// for norms): a model that runs every code path of a real one, for backend parity checks
     /// where the model file is absent.
     pub fn random(cfg: &Config, seed: u64) -> Self {
-        let q = cfg.n_heads * cfg.head_dim;
-        let kv = cfg.n_kv_heads * cfg.head_dim;
+        let (q, kv) = (cfg.q_dim(), cfg.kv_dim());
         let (d, f) = (cfg.dim, cfg.ffn_dim);
         let mat = |len: usize, s: u64| -> Vec<f32> {
             let mut rng = qkindex::synth::Rng::new(seed ^ s.wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -213,28 +80,51 @@ impl Weights {
             let mut rng = qkindex::synth::Rng::new(seed ^ s.wrapping_mul(0xD1B5_4A32_D192_ED03));
             (0..len).map(|_| 1.0 + 0.1 * rng.normal()).collect()
         };
-        let layers = (0..cfg.n_layers)
+        let blocks = (0..cfg.n_layers)
             .into_par_iter()
             .map(|i| {
                 let b = 16 * (i as u64 + 1);
-                LayerWeights {
+                Block {
+                    spec: cfg.layer(i),
                     attn_norm: norm(d, b),
-                    wq: mat(q * d, b + 1),
-                    wk: mat(kv * d, b + 2),
-                    wv: mat(kv * d, b + 3),
-                    wo: mat(d * q, b + 4),
+                    attn: Attention {
+                        wq: mat(q * d, b + 1),
+                        wk: mat(kv * d, b + 2),
+                        wv: mat(kv * d, b + 3),
+                        wo: mat(d * q, b + 4),
+                    },
                     ffn_norm: norm(d, b + 5),
-                    w_gate: mat(f * d, b + 6),
-                    w_up: mat(f * d, b + 7),
-                    w_down: mat(d * f, b + 8),
+                    mlp: Mlp {
+                        gate: mat(f * d, b + 6),
+                        up: mat(f * d, b + 7),
+                        down: mat(d * f, b + 8),
+                    },
                 }
             })
             .collect();
         Weights {
             embed: mat(cfg.vocab_size * d, 1),
-            layers,
+            blocks,
             out_norm: norm(d, 2),
         }
+    }
+}
+
+impl<T> Weights<T> {
+    /// The same weights with `f` applied to each tensor (e.g. an upload to a device).
+    pub fn try_map<U, E>(
+        &self,
+        mut f: impl FnMut(&T) -> std::result::Result<U, E>,
+    ) -> std::result::Result<Weights<U>, E> {
+        Ok(Weights {
+            embed: f(&self.embed)?,
+            blocks: self
+                .blocks
+                .iter()
+                .map(|b| b.try_map(&mut f))
+                .collect::<std::result::Result<_, E>>()?,
+            out_norm: f(&self.out_norm)?,
+        })
     }
 }
 
@@ -253,11 +143,11 @@ mod tests {
         let b = Weights::random(&cfg, 7);
         let c = Weights::random(&cfg, 8);
         assert_eq!(a.embed.len(), 100 * 576);
-        assert_eq!(a.layers[1].wk.len(), 3 * 64 * 576);
-        assert_eq!(a.layers[1].w_down.len(), 576 * 1536);
-        assert_eq!(a.layers[0].wq, b.layers[0].wq);
-        assert_ne!(a.layers[0].wq, c.layers[0].wq);
-        assert_ne!(a.layers[0].wq, a.layers[1].wq);
+        assert_eq!(a.blocks[1].attn.wk.len(), 3 * 64 * 576);
+        assert_eq!(a.blocks[1].mlp.down.len(), 576 * 1536);
+        assert_eq!(a.blocks[0].attn.wq, b.blocks[0].attn.wq);
+        assert_ne!(a.blocks[0].attn.wq, c.blocks[0].attn.wq);
+        assert_ne!(a.blocks[0].attn.wq, a.blocks[1].attn.wq);
     }
 
     /// llama.cpp's `permute` (HF → GGUF): reshape(n_head, 2, hd/2, cols).swapaxes(1, 2).

@@ -182,7 +182,7 @@ mod tests {
             ..PolicyConfig::new(PolicyKind::Retopk)
         };
         let keys_of = |_: usize, g: usize| k[g * cap * hd..(g * cap + n0) * hd].to_vec();
-        let knn = crate::knn::backend().expect("a kNN backend");
+        let knn = &qkindex::CpuKnn;
         let mut r =
             Retrieval::new(cfg, SHAPE, &keys_of, n0, &prefill_q, knn, |_, _| {}).expect("policy");
         if let Some(o) = observer {

@@ -13,7 +13,7 @@ use qkindex::io::AnyIndex;
 use qkindex::ivf::Assignment;
 use qkindex::{
     AttentionIndex, AttentionParams, FlatIndex, HnswIndex, HnswParams, IvfIndex, IvfParams,
-    KeyStore, SearchParams, VamanaIndex, VamanaParams,
+    KeyStore, KnnBackend, SearchParams, VamanaIndex, VamanaParams,
 };
 use std::sync::Arc;
 use std::time::Instant;
@@ -176,7 +176,12 @@ pub fn expand(kinds: &[String]) -> Result<Vec<String>> {
 }
 
 /// Builds `kind` for one head.
-pub fn build(kind: &str, input: &HeadInput<'_>, args: &BenchArgs) -> Result<Built> {
+pub fn build(
+    kind: &str,
+    input: &HeadInput<'_>,
+    args: &BenchArgs,
+    knn: &dyn KnnBackend,
+) -> Result<Built> {
     let (layer, h) = (input.layer, input.head);
     match kind {
         "flat" => Ok(Built {
@@ -198,12 +203,7 @@ pub fn build(kind: &str, input: &HeadInput<'_>, args: &BenchArgs) -> Result<Buil
                 "building {kind} for layer {layer} head {h} ({} keys)",
                 input.keys.len()
             ));
-            let idx = AttentionIndex::build(
-                input.keys.clone(),
-                train_q,
-                &params,
-                qkindex_driver::knn::backend()?,
-            );
+            let idx = AttentionIndex::build(input.keys.clone(), train_q, &params, knn);
             spinner.finish_and_clear();
             let idx = idx?;
             let s = idx.build_stats();
@@ -224,7 +224,7 @@ pub fn build(kind: &str, input: &HeadInput<'_>, args: &BenchArgs) -> Result<Buil
                 sweep: Sweep::Ef,
             })
         }
-        other => build_baseline(other, input, &args.baseline, args.seed),
+        other => build_baseline(other, input, &args.baseline, args.seed, knn),
     }
 }
 
@@ -235,6 +235,7 @@ pub fn build_baseline(
     input: &HeadInput<'_>,
     args: &BaselineArgs,
     seed: u64,
+    knn: &dyn KnnBackend,
 ) -> Result<Built> {
     let (layer, h) = (input.layer, input.head);
     match kind {
@@ -295,12 +296,7 @@ pub fn build_baseline(
                 input.keys.len()
             ));
             let train = robust.then_some(input.train);
-            let idx = VamanaIndex::build(
-                input.keys.clone(),
-                train,
-                &params,
-                qkindex_driver::knn::backend()?,
-            );
+            let idx = VamanaIndex::build(input.keys.clone(), train, &params, knn);
             spinner.finish_and_clear();
             let idx = idx?;
             let s = idx.build_stats();

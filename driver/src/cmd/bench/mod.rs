@@ -16,6 +16,7 @@ use half::f16;
 use qkindex::dump::{Dump, Part};
 use qkindex::eval;
 use qkindex::{AnnIndex, FlatIndex, KeyStore, SearchOutput, SearchParams};
+use qkindex_driver::devices::Devices;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -127,7 +128,7 @@ struct QuerySet {
     weights: Vec<Vec<f64>>,
 }
 
-pub fn run(args: BenchArgs) -> Result<()> {
+pub fn run(args: BenchArgs, devices: &Devices) -> Result<()> {
     let dump =
         Dump::open(&args.dump).with_context(|| format!("opening dump {}", args.dump.display()))?;
     let m = dump.manifest.clone();
@@ -233,7 +234,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                         built
                     }
                     None => {
-                        let built = kinds::build(kind, &input, &args)?;
+                        let built = kinds::build(kind, &input, &args, devices.knn())?;
                         match &entry {
                             Some(entry) => {
                                 entry.store(&built)?;

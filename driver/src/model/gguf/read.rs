@@ -1,100 +1,14 @@
-//! A GGUF reader (and a small writer for tests): header, metadata key/values, tensor table, and
-//! zero-copy access to tensor bytes through a memory map.
-//!
-//! Layout (GGUF v2/v3, little-endian): magic `GGUF`, `version: u32`, `n_tensors: u64`, `n_kv: u64`;
-//! `n_kv` × (key string, `type: u32`, value); `n_tensors` × (name string, `n_dims: u32`,
-//! `dims: [u64; n_dims]` fastest first, `ggml_type: u32`, `offset: u64`); padding to
-//! `general.alignment` (default 32); the tensor data, each tensor at `data_start + offset`.
-//! Strings are `len: u64` + UTF-8 bytes. Every length and offset is checked against the file size
-//! before anything is allocated or sliced, so a truncated or crafted file is an error, not a panic.
+//! The GGUF reader: every length and offset checked against the file size before anything is
+//! allocated or sliced.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::error::{ModelError, Result};
-use super::quant::{dequantize_into, GgmlType};
+use super::{MetaValue, DEFAULT_ALIGNMENT, MAGIC};
+use crate::model::error::{ModelError, Result};
+use crate::model::quant::{dequantize_into, GgmlType};
 
-const MAGIC: &[u8; 4] = b"GGUF";
-const DEFAULT_ALIGNMENT: u64 = 32;
 const MAX_DIMS: u32 = 4;
-
-/// A metadata value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum MetaValue {
-    U8(u8),
-    I8(i8),
-    U16(u16),
-    I16(i16),
-    U32(u32),
-    I32(i32),
-    F32(f32),
-    Bool(bool),
-    Str(String),
-    Array(Vec<MetaValue>),
-    U64(u64),
-    I64(i64),
-    F64(f64),
-}
-
-impl MetaValue {
-    fn type_id(&self) -> u32 {
-        match self {
-            Self::U8(_) => 0,
-            Self::I8(_) => 1,
-            Self::U16(_) => 2,
-            Self::I16(_) => 3,
-            Self::U32(_) => 4,
-            Self::I32(_) => 5,
-            Self::F32(_) => 6,
-            Self::Bool(_) => 7,
-            Self::Str(_) => 8,
-            Self::Array(_) => 9,
-            Self::U64(_) => 10,
-            Self::I64(_) => 11,
-            Self::F64(_) => 12,
-        }
-    }
-
-    /// The value as an unsigned integer, if it is a non-negative integer of any width.
-    pub fn as_u64(&self) -> Option<u64> {
-        match *self {
-            Self::U8(x) => Some(x.into()),
-            Self::U16(x) => Some(x.into()),
-            Self::U32(x) => Some(x.into()),
-            Self::U64(x) => Some(x),
-            Self::I8(x) => u64::try_from(x).ok(),
-            Self::I16(x) => u64::try_from(x).ok(),
-            Self::I32(x) => u64::try_from(x).ok(),
-            Self::I64(x) => u64::try_from(x).ok(),
-            _ => None,
-        }
-    }
-
-    /// The value as a float, if it is a number.
-    pub fn as_f64(&self) -> Option<f64> {
-        match *self {
-            Self::F32(x) => Some(x.into()),
-            Self::F64(x) => Some(x),
-            _ => self.as_u64().map(|x| x as f64),
-        }
-    }
-
-    /// The value as a string slice.
-    pub fn as_str(&self) -> Option<&str> {
-        match self {
-            Self::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// The value as an array.
-    pub fn as_array(&self) -> Option<&[MetaValue]> {
-        match self {
-            Self::Array(a) => Some(a),
-            _ => None,
-        }
-    }
-}
 
 /// One entry of the tensor table.
 #[derive(Debug, Clone, PartialEq)]
@@ -461,72 +375,10 @@ impl GgufFile {
     }
 }
 
-/// A tensor for [`write_gguf`]: name, dims (fastest first), ggml type id and raw data bytes.
-pub type RawTensor<'a> = (&'a str, &'a [u64], u32, &'a [u8]);
-
-/// Serializes a GGUF v3 file (alignment 32). Meant for tests and tools that need small model files.
-pub fn write_gguf(metadata: &[(&str, MetaValue)], tensors: &[RawTensor<'_>]) -> Vec<u8> {
-    fn string(out: &mut Vec<u8>, s: &str) {
-        out.extend_from_slice(&(s.len() as u64).to_le_bytes());
-        out.extend_from_slice(s.as_bytes());
-    }
-    fn value(out: &mut Vec<u8>, v: &MetaValue) {
-        match v {
-            MetaValue::U8(x) => out.push(*x),
-            MetaValue::I8(x) => out.push(*x as u8),
-            MetaValue::U16(x) => out.extend_from_slice(&x.to_le_bytes()),
-            MetaValue::I16(x) => out.extend_from_slice(&x.to_le_bytes()),
-            MetaValue::U32(x) => out.extend_from_slice(&x.to_le_bytes()),
-            MetaValue::I32(x) => out.extend_from_slice(&x.to_le_bytes()),
-            MetaValue::F32(x) => out.extend_from_slice(&x.to_le_bytes()),
-            MetaValue::Bool(x) => out.push(u8::from(*x)),
-            MetaValue::Str(s) => string(out, s),
-            MetaValue::Array(items) => {
-                let elem = items.first().map_or(4, MetaValue::type_id);
-                out.extend_from_slice(&elem.to_le_bytes());
-                out.extend_from_slice(&(items.len() as u64).to_le_bytes());
-                for item in items {
-                    value(out, item);
-                }
-            }
-            MetaValue::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
-            MetaValue::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
-            MetaValue::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
-        }
-    }
-    let align = DEFAULT_ALIGNMENT as usize;
-    let mut out = Vec::new();
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&3u32.to_le_bytes());
-    out.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
-    out.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
-    for (k, v) in metadata {
-        string(&mut out, k);
-        out.extend_from_slice(&v.type_id().to_le_bytes());
-        value(&mut out, v);
-    }
-    let mut offset = 0usize;
-    for (name, dims, ty, data) in tensors {
-        string(&mut out, name);
-        out.extend_from_slice(&(dims.len() as u32).to_le_bytes());
-        for d in *dims {
-            out.extend_from_slice(&d.to_le_bytes());
-        }
-        out.extend_from_slice(&ty.to_le_bytes());
-        out.extend_from_slice(&(offset as u64).to_le_bytes());
-        offset += data.len().div_ceil(align) * align;
-    }
-    out.resize(out.len().div_ceil(align) * align, 0);
-    for (_, _, _, data) in tensors {
-        out.extend_from_slice(data);
-        out.resize(out.len().div_ceil(align) * align, 0);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::gguf::write_gguf;
 
     fn sample() -> Vec<u8> {
         let f32s: Vec<u8> = (0..6).flat_map(|i| (i as f32).to_le_bytes()).collect();

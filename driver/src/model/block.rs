@@ -1,0 +1,276 @@
+//! One transformer layer, written once over [`Backend`]: [`Attention`], [`Mlp`] and the
+//! [`Block`] that joins them, each with `load` (its tensors from the GGUF file) and `forward`.
+//! The layout follows candle-transformers' `models/llama.rs`; what differs between model families
+//! is read from the layer's [`LayerSpec`] (`arch.rs`).
+//!
+//! Weights are generic over the tensor type `T`: `Vec<f32>` on the host (dequantized once at
+//! load), device memory once a backend uploaded them ([`Block::try_map`]).
+
+use super::arch::{Activation, AttentionKind, LayerSpec, NormPlacement, QkNorm, QkRowOrder};
+use super::backend::{Backend, Part, Timer};
+use super::cache::KvCache;
+use super::config::Config;
+use super::error::Result;
+use super::gguf::GgufFile;
+use super::hooks::{CaptureFn, DecodeAttention, LayerCapture};
+use super::weights::unpermute_rows;
+
+/// Grouped-query self-attention with RoPE: the four projections, row-major `out × in`.
+#[derive(Debug)]
+pub struct Attention<T> {
+    /// `(n_heads · head_dim) × dim`, rows in rotate-half order.
+    pub wq: T,
+    /// `(n_kv_heads · head_dim) × dim`, rows in rotate-half order.
+    pub wk: T,
+    pub wv: T,
+    pub wo: T,
+}
+
+/// The gated MLP: `down(act(gate(x)) · up(x))`.
+#[derive(Debug)]
+pub struct Mlp<T> {
+    pub gate: T,
+    pub up: T,
+    pub down: T,
+}
+
+/// One transformer layer: norms, attention, MLP and what its family does ([`LayerSpec`]).
+#[derive(Debug)]
+pub struct Block<T> {
+    pub spec: LayerSpec,
+    pub attn_norm: T,
+    pub attn: Attention<T>,
+    pub ffn_norm: T,
+    pub mlp: Mlp<T>,
+}
+
+/// The activation buffers of one forward call (`rows` token rows), reused by every layer.
+pub(crate) struct Activations<B: Backend> {
+    /// The residual stream, `rows × dim`.
+    pub x: B::Buf,
+    /// Normed input of a sub-layer, then its output, `rows × dim`.
+    pub h: B::Buf,
+    pub q: B::Buf,
+    pub k: B::Buf,
+    pub v: B::Buf,
+    /// Attention output before `wo`, `rows × (n_heads · head_dim)`.
+    pub att: B::Buf,
+    pub gate: B::Buf,
+    pub up: B::Buf,
+}
+
+impl<B: Backend> Activations<B> {
+    pub fn new(b: &mut B, cfg: &Config, rows: usize) -> Result<Self> {
+        Ok(Activations {
+            x: b.alloc(rows * cfg.dim)?,
+            h: b.alloc(rows * cfg.dim)?,
+            q: b.alloc(rows * cfg.q_dim())?,
+            k: b.alloc(rows * cfg.kv_dim())?,
+            v: b.alloc(rows * cfg.kv_dim())?,
+            att: b.alloc(rows * cfg.q_dim())?,
+            gate: b.alloc(rows * cfg.ffn_dim)?,
+            up: b.alloc(rows * cfg.ffn_dim)?,
+        })
+    }
+}
+
+/// One forward call as the layers see it: `rows` tokens at positions `pos0..`.
+pub(crate) struct Step<'s, 'c> {
+    pub cfg: &'s Config,
+    pub rows: usize,
+    pub pos0: usize,
+    pub cache: &'s mut KvCache,
+    pub capture: Option<&'s mut CaptureFn<'c>>,
+    /// Computes the attention of one-token calls (decode steps) on global layers.
+    pub policy: Option<&'s mut dyn DecodeAttention>,
+    pub timer: Timer<'s>,
+}
+
+impl<T> Attention<T> {
+    /// Projects `a.h` to q/k/v, applies RoPE (table `rope`), appends k/v to the cache, hands
+    /// q/k/v to the capture, attends, and leaves the projected output in `a.h`.
+    fn forward<B: Backend<Tensor = T>>(
+        &self,
+        b: &mut B,
+        spec: &LayerSpec,
+        (layer, rope): (usize, usize),
+        a: &mut Activations<B>,
+        s: &mut Step<'_, '_>,
+    ) -> Result<()> {
+        let c = s.cfg;
+        let (n, pos0, hd) = (s.rows, s.pos0, c.head_dim);
+        let (q_dim, kv_dim) = (c.q_dim(), c.kv_dim());
+        b.linear(&a.h, n, &self.wq, (q_dim, c.dim), &mut a.q)?;
+        b.linear(&a.h, n, &self.wk, (kv_dim, c.dim), &mut a.k)?;
+        b.linear(&a.h, n, &self.wv, (kv_dim, c.dim), &mut a.v)?;
+        s.timer.lap(Part::Matmul);
+        match spec.qk_norm {
+            QkNorm::None => {}
+        }
+        b.rope(&mut a.q, (n, c.n_heads, hd), pos0, rope)?;
+        b.rope(&mut a.k, (n, c.n_kv_heads, hd), pos0, rope)?;
+        let heads = c.heads();
+        let (k_host, v_host) = b.append_kv(layer, &a.k, &a.v, s.cache, heads, pos0)?;
+        let policy = match spec.attention {
+            AttentionKind::Global => s.policy.as_deref_mut().filter(|_| n == 1),
+        };
+        let q_host = if s.capture.is_some() || policy.is_some() {
+            b.to_host(&a.q)?
+        } else {
+            Default::default()
+        };
+        if let Some(cb) = s.capture.as_deref_mut() {
+            cb(LayerCapture {
+                layer,
+                pos0,
+                n,
+                q: &q_host,
+                k: &k_host,
+                v: &v_host,
+            });
+        }
+        s.timer.lap(Part::Other);
+        match policy {
+            Some(p) => b.policy_attention(layer, &a.q, &q_host, s.cache, pos0, p, &mut a.att)?,
+            None => b.attention(layer, &a.q, s.cache, heads, n, pos0, &mut a.att)?,
+        }
+        s.timer.lap(Part::Attention);
+        b.linear(&a.att, n, &self.wo, (c.dim, q_dim), &mut a.h)?;
+        s.timer.lap(Part::Matmul);
+        Ok(())
+    }
+
+    /// The same projections with `f` applied to each tensor (e.g. an upload).
+    pub fn try_map<U, E>(
+        &self,
+        f: &mut impl FnMut(&T) -> std::result::Result<U, E>,
+    ) -> std::result::Result<Attention<U>, E> {
+        Ok(Attention {
+            wq: f(&self.wq)?,
+            wk: f(&self.wk)?,
+            wv: f(&self.wv)?,
+            wo: f(&self.wo)?,
+        })
+    }
+}
+
+impl<T> Mlp<T> {
+    /// `a.h = down(act(gate(a.h)) · up(a.h))`.
+    fn forward<B: Backend<Tensor = T>>(
+        &self,
+        b: &mut B,
+        spec: &LayerSpec,
+        a: &mut Activations<B>,
+        s: &mut Step<'_, '_>,
+    ) -> Result<()> {
+        let (n, dim, ffn) = (s.rows, s.cfg.dim, s.cfg.ffn_dim);
+        b.linear(&a.h, n, &self.gate, (ffn, dim), &mut a.gate)?;
+        b.linear(&a.h, n, &self.up, (ffn, dim), &mut a.up)?;
+        s.timer.lap(Part::Matmul);
+        match spec.activation {
+            Activation::SwiGlu => b.swiglu(&mut a.gate, &a.up)?,
+        }
+        s.timer.lap(Part::Other);
+        b.linear(&a.gate, n, &self.down, (dim, ffn), &mut a.h)?;
+        s.timer.lap(Part::Matmul);
+        Ok(())
+    }
+
+    /// The same MLP with `f` applied to each tensor.
+    pub fn try_map<U, E>(
+        &self,
+        f: &mut impl FnMut(&T) -> std::result::Result<U, E>,
+    ) -> std::result::Result<Mlp<U>, E> {
+        Ok(Mlp {
+            gate: f(&self.gate)?,
+            up: f(&self.up)?,
+            down: f(&self.down)?,
+        })
+    }
+}
+
+impl<T> Block<T> {
+    /// One layer on the residual stream `a.x`: `x += attn(norm(x)); x += mlp(norm(x))`.
+    /// `layer` is the layer's number, `rope` its RoPE table.
+    pub(crate) fn forward<B: Backend<Tensor = T>>(
+        &self,
+        b: &mut B,
+        (layer, rope): (usize, usize),
+        a: &mut Activations<B>,
+        s: &mut Step<'_, '_>,
+    ) -> Result<()> {
+        let (rows_dim, eps) = ((s.rows, s.cfg.dim), s.cfg.rms_eps);
+        match self.spec.norms {
+            NormPlacement::Pre => {
+                b.rms_norm(&a.x, &self.attn_norm, rows_dim, eps, &mut a.h)?;
+                s.timer.lap(Part::Other);
+                self.attn.forward(b, &self.spec, (layer, rope), a, s)?;
+                b.add(&mut a.x, &a.h)?;
+                b.rms_norm(&a.x, &self.ffn_norm, rows_dim, eps, &mut a.h)?;
+                s.timer.lap(Part::Other);
+                self.mlp.forward(b, &self.spec, a, s)?;
+                b.add(&mut a.x, &a.h)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The same layer with `f` applied to each tensor (e.g. an upload to a device).
+    pub fn try_map<U, E>(
+        &self,
+        f: &mut impl FnMut(&T) -> std::result::Result<U, E>,
+    ) -> std::result::Result<Block<U>, E> {
+        Ok(Block {
+            spec: self.spec,
+            attn_norm: f(&self.attn_norm)?,
+            attn: self.attn.try_map(f)?,
+            ffn_norm: f(&self.ffn_norm)?,
+            mlp: self.mlp.try_map(f)?,
+        })
+    }
+}
+
+impl Attention<Vec<f32>> {
+    /// Layer `layer`'s projections from `g` (q/k rows brought to rotate-half order).
+    pub fn load(g: &GgufFile, cfg: &Config, layer: usize, spec: &LayerSpec) -> Result<Self> {
+        let (d, q, kv) = (cfg.dim as u64, cfg.q_dim() as u64, cfg.kv_dim() as u64);
+        let t = |name: &str, dims: &[u64]| g.dequantize(&format!("blk.{layer}.{name}"), dims);
+        let rows = |w: Vec<f32>, heads: usize| match spec.rope.rows {
+            QkRowOrder::LlamaCppPermuted => unpermute_rows(&w, heads, cfg.head_dim, cfg.dim),
+        };
+        Ok(Attention {
+            wq: rows(t("attn_q.weight", &[d, q])?, cfg.n_heads),
+            wk: rows(t("attn_k.weight", &[d, kv])?, cfg.n_kv_heads),
+            wv: t("attn_v.weight", &[d, kv])?,
+            wo: t("attn_output.weight", &[q, d])?,
+        })
+    }
+}
+
+impl Mlp<Vec<f32>> {
+    /// Layer `layer`'s MLP from `g`.
+    pub fn load(g: &GgufFile, cfg: &Config, layer: usize) -> Result<Self> {
+        let (d, f) = (cfg.dim as u64, cfg.ffn_dim as u64);
+        let t = |name: &str, dims: &[u64]| g.dequantize(&format!("blk.{layer}.{name}"), dims);
+        Ok(Mlp {
+            gate: t("ffn_gate.weight", &[d, f])?,
+            up: t("ffn_up.weight", &[d, f])?,
+            down: t("ffn_down.weight", &[f, d])?,
+        })
+    }
+}
+
+impl Block<Vec<f32>> {
+    /// Layer `layer` from `g`.
+    pub fn load(g: &GgufFile, cfg: &Config, layer: usize) -> Result<Self> {
+        let spec = cfg.layer(layer);
+        let t = |name: &str| g.dequantize(&format!("blk.{layer}.{name}"), &[cfg.dim as u64]);
+        Ok(Block {
+            attn_norm: t("attn_norm.weight")?,
+            attn: Attention::load(g, cfg, layer, &spec)?,
+            ffn_norm: t("ffn_norm.weight")?,
+            mlp: Mlp::load(g, cfg, layer)?,
+            spec,
+        })
+    }
+}

@@ -1,0 +1,159 @@
+//! The CPU [`Backend`]: the kernels of `ops.rs` on host vectors, the reference every device is
+//! checked against.
+
+use std::borrow::Cow;
+
+use super::backend::{Backend, Heads};
+use super::cache::KvCache;
+use super::error::Result;
+use super::hooks::DecodeAttention;
+use super::ops::{self, AttnShape, Rope};
+
+/// The CPU backend of one forward call, reading the model's RoPE tables.
+#[derive(Debug)]
+pub struct CpuBackend<'m> {
+    pub ropes: &'m [Rope],
+}
+
+impl Backend for CpuBackend<'_> {
+    type Buf = Vec<f32>;
+    type Tensor = Vec<f32>;
+
+    const TIMES_MATMUL: bool = true;
+
+    fn alloc(&mut self, len: usize) -> Result<Vec<f32>> {
+        Ok(vec![0f32; len])
+    }
+
+    fn upload(&mut self, x: &[f32]) -> Result<Vec<f32>> {
+        Ok(x.to_vec())
+    }
+
+    fn to_host<'x>(&mut self, x: &'x Vec<f32>) -> Result<Cow<'x, [f32]>> {
+        Ok(Cow::Borrowed(x))
+    }
+
+    fn embed(
+        &mut self,
+        table: &Vec<f32>,
+        tokens: &[u32],
+        dim: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        for (row, &t) in out.chunks_exact_mut(dim).zip(tokens) {
+            row.copy_from_slice(&table[t as usize * dim..(t as usize + 1) * dim]);
+        }
+        Ok(())
+    }
+
+    fn rms_norm(
+        &mut self,
+        x: &Vec<f32>,
+        w: &Vec<f32>,
+        _: (usize, usize),
+        eps: f32,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        out.copy_from_slice(x);
+        ops::rms_norm(out, w, eps);
+        Ok(())
+    }
+
+    fn rms_norm_in_place(
+        &mut self,
+        x: &mut Vec<f32>,
+        w: &Vec<f32>,
+        _: (usize, usize),
+        eps: f32,
+    ) -> Result<()> {
+        ops::rms_norm(x, w, eps);
+        Ok(())
+    }
+
+    fn linear(
+        &mut self,
+        x: &Vec<f32>,
+        rows: usize,
+        w: &Vec<f32>,
+        (out, inp): (usize, usize),
+        y: &mut Vec<f32>,
+    ) -> Result<()> {
+        ops::linear(x, rows, w, out, inp, y);
+        Ok(())
+    }
+
+    fn rope(
+        &mut self,
+        x: &mut Vec<f32>,
+        (_, heads, _): (usize, usize, usize),
+        pos0: usize,
+        table: usize,
+    ) -> Result<()> {
+        self.ropes[table].apply(x, heads, pos0);
+        Ok(())
+    }
+
+    fn swiglu(&mut self, gate: &mut Vec<f32>, up: &Vec<f32>) -> Result<()> {
+        ops::swiglu(gate, up);
+        Ok(())
+    }
+
+    fn add(&mut self, x: &mut Vec<f32>, h: &Vec<f32>) -> Result<()> {
+        for (xv, hv) in x.iter_mut().zip(h) {
+            *xv += hv;
+        }
+        Ok(())
+    }
+
+    fn append_kv<'x>(
+        &mut self,
+        layer: usize,
+        k: &'x Vec<f32>,
+        v: &'x Vec<f32>,
+        cache: &mut KvCache,
+        heads: Heads,
+        pos0: usize,
+    ) -> Result<(Cow<'x, [f32]>, Cow<'x, [f32]>)> {
+        cache.write_rows(layer, pos0, k, v, heads);
+        Ok((Cow::Borrowed(k), Cow::Borrowed(v)))
+    }
+
+    fn attention(
+        &mut self,
+        layer: usize,
+        q: &Vec<f32>,
+        cache: &KvCache,
+        heads: Heads,
+        rows: usize,
+        pos0: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let shape = AttnShape {
+            n_heads: heads.n_heads,
+            n_kv_heads: heads.n_kv_heads,
+            head_dim: heads.head_dim,
+            capacity: cache.capacity(),
+        };
+        let (kc, vc) = cache.layer(layer);
+        ops::attention(q, kc, vc, shape, pos0, rows, out);
+        Ok(())
+    }
+
+    fn policy_attention(
+        &mut self,
+        layer: usize,
+        _: &Vec<f32>,
+        q_host: &[f32],
+        cache: &KvCache,
+        pos: usize,
+        policy: &mut dyn DecodeAttention,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let (kc, vc) = cache.layer(layer);
+        policy.attend(layer, pos, q_host, kc, vc, cache.capacity(), out)
+    }
+
+    fn download(&mut self, x: Vec<f32>) -> Result<Vec<f32>> {
+        Ok(x)
+    }
+}
