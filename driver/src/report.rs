@@ -75,6 +75,20 @@ pub struct Summary {
     pub min_scanned: Option<Best>,
 }
 
+/// A curve of the markdown tables: (impl, index, variant, queries).
+type SeriesKey = (String, String, String, String);
+
+impl Summary {
+    fn series(&self) -> SeriesKey {
+        (
+            self.implementation.clone(),
+            self.index.clone(),
+            self.variant.clone(),
+            self.queries.clone(),
+        )
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BenchReport {
     pub schema: String,
@@ -269,7 +283,7 @@ impl BenchReport {
         let _ = writeln!(s, "### recall@{k}: attention quality, latency and size at each head's fewest-scanned setting with recall ≥ 0.95 (medians over heads)\n");
         let _ = writeln!(s, "| impl | index | variant | queries | mass_ratio | output_cosine | p50 µs | p99 µs | latency samples | bytes/key | build s |");
         let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
-        let mut groups: BTreeMap<(String, String, String, String), Vec<&Row>> = BTreeMap::new();
+        let mut groups: BTreeMap<SeriesKey, Vec<&Row>> = BTreeMap::new();
         for x in self.summary.iter().filter(|x| x.k == k && x.target == 0.95) {
             let Some(best) = &x.min_scanned else { continue };
             if let Some(r) = self.rows.iter().find(|r| {
@@ -282,25 +296,12 @@ impl BenchReport {
                     && r.queries == x.queries
                     && r.params == best.params
             }) {
-                groups
-                    .entry((
-                        x.implementation.clone(),
-                        x.index.clone(),
-                        x.variant.clone(),
-                        x.queries.clone(),
-                    ))
-                    .or_default()
-                    .push(r);
+                groups.entry(x.series()).or_default().push(r);
             }
         }
         for ((imp, index, variant, queries), rs) in groups {
             let med = |f: &dyn Fn(&Row) -> Option<f64>, p: usize| {
-                let mut v: Vec<f64> = rs.iter().filter_map(|r| f(r)).collect();
-                if v.is_empty() {
-                    "—".to_string()
-                } else {
-                    format!("{:.p$}", median(&mut v))
-                }
+                median_or_dash(&mut rs.iter().filter_map(|r| f(r)).collect::<Vec<_>>(), p)
             };
             // Peer files may not record how many calls their percentiles cover.
             let samples = match rs.iter().map(|r| r.latency_us.samples).min() {
@@ -324,6 +325,15 @@ impl BenchReport {
 }
 
 const MEDIAN_HEADER: &str = "| impl | index | variant | queries | heads reaching | median min scanned | max min scanned | median best QPS | median QPS / own flat | median QPS / faiss flat |";
+
+/// The median of `v` with `p` decimals, "—" when `v` is empty.
+fn median_or_dash(v: &mut [f64], p: usize) -> String {
+    if v.is_empty() {
+        "—".to_string()
+    } else {
+        format!("{:.p$}", median(v))
+    }
+}
 
 fn fmt_opt(v: Option<f64>, p: usize) -> String {
     v.map_or("—".into(), |x| format!("{x:.p$}"))
@@ -400,21 +410,13 @@ fn median_table(report: &BenchReport, k: usize, target: f64) -> Vec<String> {
             .collect()
     };
     let faiss = flat_of("faiss");
-    let mut groups: BTreeMap<(String, String, String, String), Vec<&Summary>> = BTreeMap::new();
+    let mut groups: BTreeMap<SeriesKey, Vec<&Summary>> = BTreeMap::new();
     for s in report
         .summary
         .iter()
         .filter(|s| s.target == target && s.k == k)
     {
-        groups
-            .entry((
-                s.implementation.clone(),
-                s.index.clone(),
-                s.variant.clone(),
-                s.queries.clone(),
-            ))
-            .or_default()
-            .push(s);
+        groups.entry(s.series()).or_default().push(s);
     }
     let mut lines = Vec::new();
     for ((imp, index, variant, queries), ss) in groups {
@@ -439,26 +441,19 @@ fn median_table(report: &BenchReport, k: usize, target: f64) -> Vec<String> {
                 .collect()
         };
         let (mut own_r, mut faiss_r) = (ratio(&own), ratio(&faiss));
-        let fmt = |v: &mut Vec<f64>, p: usize| {
-            if v.is_empty() {
-                "—".to_string()
-            } else {
-                format!("{:.*}", p, median(v))
-            }
-        };
         lines.push(format!(
             "| {imp} | {index} | {variant} | {queries} | {}/{} | {} | {} | {} | {} | {} |",
             reached.len(),
             ss.len(),
-            fmt(&mut scanned, 4),
+            median_or_dash(&mut scanned, 4),
             if max_scanned.is_nan() {
                 "—".to_string()
             } else {
                 format!("{max_scanned:.4}")
             },
-            fmt(&mut qps, 0),
-            fmt(&mut own_r, 2),
-            fmt(&mut faiss_r, 2)
+            median_or_dash(&mut qps, 0),
+            median_or_dash(&mut own_r, 2),
+            median_or_dash(&mut faiss_r, 2)
         ));
     }
     lines

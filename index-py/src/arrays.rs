@@ -157,6 +157,23 @@ fn check_shape(
     Ok((rows, cols, one_d))
 }
 
+/// The rows of a key matrix, owned, with their dimension: at least one row, every value finite.
+fn key_rows<T: Element + Copy>(
+    a: &PyReadonlyArrayDyn<'_, T>,
+    name: &str,
+    dim: Option<usize>,
+    finite: fn(T) -> bool,
+) -> PyResult<(Vec<T>, usize)> {
+    let r = rows_of(a, name, Shape::Matrix, dim)?;
+    if r.rows == 0 {
+        return Err(value_error(format!(
+            "{name}: expected at least one row, got shape (0, d)"
+        )));
+    }
+    check_finite(name, &r.data, r.dim, finite)?;
+    Ok((r.data.into_owned(), r.dim))
+}
+
 /// The rows of a borrowed array: the buffer itself when C-contiguous, else a copy in logical
 /// (row-major) order.
 fn rows_of<'a, T: Element + Clone>(
@@ -202,29 +219,29 @@ impl FloatArray<'_> {
         Ok(r)
     }
 
+    /// One vector `[d]` as f32 (finite-checked); a 2-D array is an error, whose message adds
+    /// `hint` after the expected shape.
+    pub fn one_row(&self, name: &str, dim: usize, hint: &str) -> PyResult<Cow<'_, [f32]>> {
+        let r = self.rows_f32(name, Shape::Vectors, Some(dim))?;
+        if !r.one_d {
+            return Err(value_error(format!(
+                "{name}: expected shape ({dim},){hint}, got ({}, {dim})",
+                r.rows
+            )));
+        }
+        Ok(r.data)
+    }
+
     /// Keys as an owned store in the input's element type (float16 stays float16).
     pub fn key_store(&self, name: &str, dim: Option<usize>) -> PyResult<qkindex::KeyStore> {
-        let no_rows = || {
-            value_error(format!(
-                "{name}: expected at least one row, got shape (0, d)"
-            ))
-        };
         let store = match self {
             FloatArray::F32(a) => {
-                let r = rows_of(a, name, Shape::Matrix, dim)?;
-                if r.rows == 0 {
-                    return Err(no_rows());
-                }
-                check_finite(name, &r.data, r.dim, f32::is_finite)?;
-                qkindex::KeyStore::from_f32(r.data.into_owned(), r.dim)
+                let (values, dim) = key_rows(a, name, dim, f32::is_finite)?;
+                qkindex::KeyStore::from_f32(values, dim)
             }
             FloatArray::F16(a) => {
-                let r = rows_of(a, name, Shape::Matrix, dim)?;
-                if r.rows == 0 {
-                    return Err(no_rows());
-                }
-                check_finite(name, &r.data, r.dim, f16::is_finite)?;
-                qkindex::KeyStore::from_f16(r.data.into_owned(), r.dim)
+                let (values, dim) = key_rows(a, name, dim, f16::is_finite)?;
+                qkindex::KeyStore::from_f16(values, dim)
             }
         };
         store.map_err(crate::errors::to_py)
@@ -295,6 +312,17 @@ pub fn py_id(id: u32) -> i64 {
 }
 
 /// A non-negative count from a Python int, as `ValueError` naming the argument otherwise.
+/// `k` of a search over `n` keys: at least 1 and at most `n`.
+pub fn neighbours(k: i64, n: usize) -> PyResult<usize> {
+    let k = count("k", k, 1)?;
+    if k > n {
+        return Err(value_error(format!(
+            "k: must be at most the number of keys ({n}), got {k}"
+        )));
+    }
+    Ok(k)
+}
+
 pub fn count(name: &str, value: i64, min: i64) -> PyResult<usize> {
     if value < min {
         return Err(value_error(format!(

@@ -1,6 +1,6 @@
 //! Module-level functions: exact top-k, the metrics of DESIGN.md §3, and timing helpers.
 
-use crate::arrays::{count, float_array, id_array, py_id, shape_str, to_numpy, Shape};
+use crate::arrays::{count, float_array, id_array, neighbours, py_id, shape_str, to_numpy, Shape};
 use crate::errors::value_error;
 use crate::index::{any_index, knn_backend, to_py_json};
 use crate::run::interruptible;
@@ -23,13 +23,7 @@ pub fn exact_topk<'py>(
 ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
     let knn = knn_backend(device)?;
     let store = float_array(keys, "keys")?.key_store("keys", None)?;
-    let k = count("k", k, 1)?;
-    if k > store.len() {
-        return Err(value_error(format!(
-            "k: must be at most the number of keys ({}), got {k}",
-            store.len()
-        )));
-    }
+    let k = neighbours(k, store.len())?;
     let qa = float_array(queries, "queries")?;
     let q = qa.rows_f32("queries", Shape::Vectors, Some(store.dim()))?;
     if q.rows == 0 {

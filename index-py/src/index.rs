@@ -6,15 +6,17 @@
 //! GIL is released while searching, so searches from several Python threads run in parallel.
 //! Results shorter than `k` are padded with id −1 and score −inf.
 
-use crate::arrays::{count, float_array, to_numpy, Shape};
+use crate::arrays::{count, float_array, neighbours, to_numpy, Shape};
 use crate::errors::{to_py, value_error};
 use crate::run::interruptible;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use qkindex::attention::Prune;
+use qkindex::io::{KeysPlacement, Persist};
 use qkindex::{AnnIndex, AttentionParams, Scratch, SearchOutput, SearchParams};
 use qkindex_gpu::{Device, GpuError, Selected};
 use rayon::prelude::*;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 /// Scratches kept per index for reuse (more concurrent searches allocate their own).
@@ -110,13 +112,7 @@ pub fn search_any(
     k: i64,
     params: &SearchParams,
 ) -> PyResult<SearchResult> {
-    let k = count("k", k, 1)?;
-    if k > index.len() {
-        return Err(value_error(format!(
-            "k: must be at most the number of keys ({}), got {k}",
-            index.len()
-        )));
-    }
+    let k = neighbours(k, index.len())?;
     let arr = float_array(queries, "queries")?;
     let q = arr.rows_f32("queries", Shape::Vectors, Some(index.dim()))?;
     let (b, d) = (q.rows, q.dim);
@@ -220,12 +216,46 @@ pub fn to_py_json<'py>(
     py.import("json")?.call_method1("loads", (text,))
 }
 
+/// The search parameters of a graph kind's `search(ef=, beam=)`, both checked to be ≥ 1.
+pub fn graph_search_params(ef: Option<i64>, beam: Option<i64>) -> PyResult<SearchParams> {
+    Ok(SearchParams {
+        ef: ef.map(|e| count("ef", e, 1)).transpose()?,
+        beam: beam.map(|b| count("beam", b, 1)).transpose()?,
+        ..SearchParams::default()
+    })
+}
+
+/// `save` of any kind: writes `index` with its keys to one self-contained file (atomically),
+/// the GIL released.
+pub fn save_inline(py: Python<'_>, index: &dyn Persist, path: &Path) -> PyResult<()> {
+    py.detach(|| index.writer(KeysPlacement::Inline)?.write(path))
+        .map_err(to_py)
+}
+
 /// Query-aware graph index (DESIGN.md §1) over one head's keys, built from training queries.
 #[derive(Debug)]
 #[pyclass(frozen, module = "qkindex")]
 pub struct AttentionIndex {
     pub inner: Arc<qkindex::AttentionIndex>,
     pool: Pool,
+    /// Key dimension.
+    #[pyo3(get)]
+    dim: usize,
+    /// Element type of the stored keys: "float16" or "float32".
+    #[pyo3(get)]
+    dtype: String,
+}
+
+impl AttentionIndex {
+    /// Wraps a core index (for example one opened by `load`).
+    pub fn wrap(inner: qkindex::AttentionIndex) -> Self {
+        AttentionIndex {
+            dim: inner.dim(),
+            dtype: inner.keys().dtype().to_string(),
+            inner: Arc::new(inner),
+            pool: Pool::default(),
+        }
+    }
 }
 
 #[pymethods]
@@ -282,10 +312,7 @@ impl AttentionIndex {
         let inner = interruptible(py, |cancel| {
             qkindex::AttentionIndex::build_with(store, train, &params, &*knn, cancel)
         })?;
-        Ok(AttentionIndex {
-            inner: Arc::new(inner),
-            pool: Pool::default(),
-        })
+        Ok(AttentionIndex::wrap(inner))
     }
 
     /// Top-`k` keys by inner product for each query (`[b, d]` or `[d]`), with a candidate
@@ -300,29 +327,13 @@ impl AttentionIndex {
         ef: Option<i64>,
         beam: Option<i64>,
     ) -> PyResult<SearchResult> {
-        let params = SearchParams {
-            ef: ef.map(|e| count("ef", e, 1)).transpose()?,
-            beam: beam.map(|b| count("beam", b, 1)).transpose()?,
-            ..SearchParams::default()
-        };
+        let params = graph_search_params(ef, beam)?;
         search_any(py, self.inner.as_ref(), &self.pool, queries, k, &params)
     }
 
     /// Number of keys.
     fn __len__(&self) -> usize {
         self.inner.len()
-    }
-
-    /// Key dimension.
-    #[getter]
-    fn dim(&self) -> usize {
-        self.inner.dim()
-    }
-
-    /// Element type of the stored keys: "float16" or "float32".
-    #[getter]
-    fn dtype(&self) -> String {
-        self.inner.keys().dtype().to_string()
     }
 
     /// Build parameters, as a dict.
@@ -338,16 +349,16 @@ impl AttentionIndex {
     }
 
     /// Writes the index with its keys to one self-contained file (atomically; docs/FORMAT.md).
-    fn save(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
-        py.detach(|| self.inner.save(&path)).map_err(to_py)
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        save_inline(py, self.inner.as_ref(), &path)
     }
 
     fn __repr__(&self) -> String {
         format!(
             "AttentionIndex(n={}, dim={}, dtype={}, edges={})",
             self.inner.len(),
-            self.inner.dim(),
-            self.inner.keys().dtype(),
+            self.dim,
+            self.dtype,
             self.inner.graph().edges()
         )
     }
@@ -359,6 +370,24 @@ impl AttentionIndex {
 pub struct FlatIndex {
     pub inner: Arc<qkindex::FlatIndex>,
     pool: Pool,
+    /// Key dimension.
+    #[pyo3(get)]
+    dim: usize,
+    /// Element type of the stored keys: "float16" or "float32".
+    #[pyo3(get)]
+    dtype: String,
+}
+
+impl FlatIndex {
+    /// Wraps a core index (for example one opened by `load`).
+    pub fn wrap(inner: qkindex::FlatIndex) -> Self {
+        FlatIndex {
+            dim: inner.dim(),
+            dtype: inner.keys().dtype().to_string(),
+            inner: Arc::new(inner),
+            pool: Pool::default(),
+        }
+    }
 }
 
 #[pymethods]
@@ -368,10 +397,7 @@ impl FlatIndex {
     #[pyo3(signature = (keys))]
     fn build(keys: &Bound<'_, PyAny>) -> PyResult<Self> {
         let store = float_array(keys, "keys")?.key_store("keys", None)?;
-        Ok(FlatIndex {
-            inner: Arc::new(qkindex::FlatIndex::new(Arc::new(store))),
-            pool: Pool::default(),
-        })
+        Ok(FlatIndex::wrap(qkindex::FlatIndex::new(Arc::new(store))))
     }
 
     /// Exact top-`k` keys by inner product for each query (`[b, d]` or `[d]`).
@@ -392,29 +418,17 @@ impl FlatIndex {
         self.inner.len()
     }
 
-    /// Key dimension.
-    #[getter]
-    fn dim(&self) -> usize {
-        self.inner.dim()
-    }
-
-    /// Element type of the stored keys: "float16" or "float32".
-    #[getter]
-    fn dtype(&self) -> String {
-        self.inner.keys().dtype().to_string()
-    }
-
     /// Writes the index with its keys to one self-contained file (atomically; docs/FORMAT.md).
-    fn save(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
-        py.detach(|| self.inner.save(&path)).map_err(to_py)
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        save_inline(py, self.inner.as_ref(), &path)
     }
 
     fn __repr__(&self) -> String {
         format!(
             "FlatIndex(n={}, dim={}, dtype={})",
             self.inner.len(),
-            self.inner.dim(),
-            self.inner.keys().dtype()
+            self.dim,
+            self.dtype
         )
     }
 }
@@ -425,12 +439,7 @@ impl FlatIndex {
 /// open; `False` opens in O(1). Raises `FormatError` for a damaged or foreign file.
 #[pyfunction]
 #[pyo3(signature = (path, mmap=true, verify=true))]
-pub fn load(
-    py: Python<'_>,
-    path: std::path::PathBuf,
-    mmap: bool,
-    verify: bool,
-) -> PyResult<Py<PyAny>> {
+pub fn load(py: Python<'_>, path: PathBuf, mmap: bool, verify: bool) -> PyResult<Py<PyAny>> {
     let opts = qkindex::io::LoadOptions {
         verify,
         ..Default::default()
@@ -446,22 +455,8 @@ pub fn load(
         })
         .map_err(to_py)?;
     Ok(match any {
-        qkindex::io::AnyIndex::Attention(a) => Py::new(
-            py,
-            AttentionIndex {
-                inner: Arc::new(a),
-                pool: Pool::default(),
-            },
-        )?
-        .into_any(),
-        qkindex::io::AnyIndex::Flat(f) => Py::new(
-            py,
-            FlatIndex {
-                inner: Arc::new(f),
-                pool: Pool::default(),
-            },
-        )?
-        .into_any(),
+        qkindex::io::AnyIndex::Attention(a) => Py::new(py, AttentionIndex::wrap(a))?.into_any(),
+        qkindex::io::AnyIndex::Flat(f) => Py::new(py, FlatIndex::wrap(f))?.into_any(),
         qkindex::io::AnyIndex::Hnsw(h) => Py::new(py, crate::kinds::HnswIndex::wrap(h))?.into_any(),
         qkindex::io::AnyIndex::Ivf(i) => Py::new(py, crate::kinds::IvfIndex::wrap(i))?.into_any(),
         qkindex::io::AnyIndex::Vamana(v) => {

@@ -194,16 +194,9 @@ impl ReTopK {
         py: Python<'py>,
         query: &Bound<'py, PyAny>,
     ) -> PyResult<(Bound<'py, PyArray1<i64>>, Bound<'py, PyDict>)> {
-        let dim = self.dim;
         let qa = float_array(query, "query")?;
-        let q = qa.rows_f32("query", Shape::Vectors, Some(dim))?;
-        if !q.one_d {
-            return Err(value_error(format!(
-                "query: expected shape ({dim},) (one query per step), got ({}, {dim})",
-                q.rows
-            )));
-        }
-        let data: &[f32] = &q.data;
+        let q = qa.one_row("query", self.dim, " (one query per step)")?;
+        let data: &[f32] = &q;
         let (ids, stats) = py
             .detach(|| -> qkindex::Result<(Vec<i64>, StepStats)> {
                 let mut guard = self.lock();
@@ -238,16 +231,9 @@ impl ReTopK {
     /// Appends one decode key (`[d]`); its id is the previous `len(self)`. Refused when the
     /// exact path is an `index=` (it cannot grow with the keys).
     fn append(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<i64> {
-        let dim = self.dim;
         let ka = float_array(key, "key")?;
-        let row = ka.rows_f32("key", Shape::Vectors, Some(dim))?;
-        if !row.one_d {
-            return Err(value_error(format!(
-                "key: expected shape ({dim},), got ({}, {dim})",
-                row.rows
-            )));
-        }
-        let data: &[f32] = &row.data;
+        let row = ka.one_row("key", self.dim, "")?;
+        let data: &[f32] = &row;
         let id = py.detach(|| -> PyResult<u32> {
             let mut st = self.lock();
             if let Exact::Index(i) = &st.exact {

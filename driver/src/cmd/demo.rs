@@ -17,10 +17,6 @@ use qkindex_driver::retrieval::PolicyKind;
 use super::model_args::ModelArgs;
 use super::policy_args::PolicyArgs;
 
-/// Permissive license texts from Debian's `/usr/share/common-licenses` (MPL-2.0, Apache-2.0,
-/// MPL-1.1, Artistic, GPL-3), concatenated: the text the demo and `eval` read by default.
-pub const BUNDLED_TEXT: &str = include_str!("../../assets/texts/licenses.txt");
-
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Prefill length in tokens (of the bundled text).
@@ -47,7 +43,7 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
     }
     let m = args.model.load(devices)?;
     let cfg = &m.llama.cfg;
-    let ids = m.tokenizer.encode(BUNDLED_TEXT)?;
+    let ids = m.tokenizer.encode(super::BUNDLED_TEXT)?;
     let ctx = args.context.min(ids.len());
     if ctx < 2 || ctx + args.new > cfg.context_length {
         anyhow::bail!(

@@ -14,7 +14,7 @@ use qkindex_driver::model::{argmax, Model};
 use qkindex_driver::retrieval::{PolicyConfig, PolicyKind, SeededProbe};
 use serde::Serialize;
 
-use super::model_args::ModelArgs;
+use super::model_args::PolicyRunArgs;
 use super::policy_args::PolicyArgs;
 
 #[derive(Debug, Args)]
@@ -29,12 +29,7 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 256)]
     pub continuation: usize,
     #[command(flatten)]
-    pub policy: PolicyArgs,
-    /// Write the results as JSON (an object for one policy, an array for several).
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    #[command(flatten)]
-    pub model: ModelArgs,
+    pub run: PolicyRunArgs,
 }
 
 /// What one policy did to the continuation.
@@ -79,9 +74,9 @@ pub fn run(args: EvalArgs, devices: &Devices) -> anyhow::Result<()> {
         Some(p) => {
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
         }
-        None => super::demo::BUNDLED_TEXT.to_string(),
+        None => super::BUNDLED_TEXT.to_string(),
     };
-    let m = args.model.load(devices)?;
+    let m = args.run.model.load(devices)?;
     let ids = m.tokenizer.encode(&text)?;
     let (ctx, cont) = (args.context, args.continuation);
     if ctx < 2 || cont == 0 {
@@ -98,9 +93,9 @@ pub fn run(args: EvalArgs, devices: &Devices) -> anyhow::Result<()> {
     if ctx + cont - 1 > max_pos {
         anyhow::bail!("--context + --continuation − 1 must be at most the model's {max_pos}");
     }
-    let results = evaluate(&m, &ids[..ctx + cont], ctx, &args.policy, devices)?;
+    let results = evaluate(&m, &ids[..ctx + cont], ctx, &args.run.policy, devices)?;
     print_table(&results);
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.run.json {
         let json = if results.len() == 1 {
             serde_json::to_string_pretty(&results[0])?
         } else {

@@ -1,4 +1,5 @@
-//! One module per subcommand of the `qkindex` binary.
+//! One module per subcommand of the `qkindex` binary; `model_args.rs` and `policy_args.rs` hold
+//! the arguments several subcommands share, and this file the text they share.
 
 pub mod bench;
 pub mod build;
@@ -16,3 +17,7 @@ pub mod ppl;
 pub mod report;
 pub mod scaling;
 pub mod verify;
+
+/// Permissive license texts from Debian's `/usr/share/common-licenses` (MPL-2.0, Apache-2.0,
+/// MPL-1.1, Artistic, GPL-3), concatenated: the text `demo` and `eval` read by default.
+pub const BUNDLED_TEXT: &str = include_str!("../../assets/texts/licenses.txt");

@@ -1,4 +1,5 @@
-//! Model-file arguments shared by `generate`, `ppl` and `dump`.
+//! Arguments shared by the subcommands that run the model: the model file ([`ModelArgs`]), and
+//! with it the attention policies and a JSON output ([`PolicyRunArgs`], `eval` and `passkey`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -7,6 +8,19 @@ use anyhow::Context;
 use clap::Args;
 use qkindex_driver::devices::Devices;
 use qkindex_driver::model::Model;
+
+use super::policy_args::PolicyArgs;
+
+#[derive(Debug, Args)]
+pub struct PolicyRunArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Write the results as JSON (`eval`: an object for one policy, an array for several).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
 
 #[derive(Debug, Args)]
 pub struct ModelArgs {

@@ -3,8 +3,6 @@
 //! fed one token per decode step through the policy and the answer generated greedily through
 //! it, so every token that must find the key does so under the policy.
 
-use std::path::PathBuf;
-
 use anyhow::Context;
 use clap::Args;
 use qkindex::synth::Rng;
@@ -14,8 +12,7 @@ use qkindex_driver::model::{argmax, Model};
 use qkindex_driver::retrieval::PolicyKind;
 use serde::Serialize;
 
-use super::model_args::ModelArgs;
-use super::policy_args::PolicyArgs;
+use super::model_args::PolicyRunArgs;
 
 const HEAD: &str = "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. I will quiz you about the important information there.\n";
 const FILLER: &str =
@@ -38,12 +35,7 @@ pub struct PasskeyArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     #[command(flatten)]
-    pub policy: PolicyArgs,
-    /// Write the results as JSON.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    #[command(flatten)]
-    pub model: ModelArgs,
+    pub run: PolicyRunArgs,
 }
 
 #[derive(Debug, Serialize)]
@@ -83,11 +75,11 @@ struct Summary {
 }
 
 pub fn run(args: PasskeyArgs, devices: &Devices) -> anyhow::Result<()> {
-    let m = args.model.load(devices)?;
+    let m = args.run.model.load(devices)?;
     if args.depths.iter().any(|&d| d > 100) {
         anyhow::bail!("--depths are percentages (0..=100)");
     }
-    let kinds = args.policy.kinds();
+    let kinds = args.run.policy.kinds();
     let needs_q = kinds
         .iter()
         .any(|k| !matches!(k, PolicyKind::Full | PolicyKind::Static));
@@ -109,7 +101,7 @@ pub fn run(args: PasskeyArgs, devices: &Devices) -> anyhow::Result<()> {
                 let mut answers = Vec::new();
                 let mut retrieval = Vec::new();
                 for &kind in &kinds {
-                    let cfg = args.policy.config(kind);
+                    let cfg = args.run.policy.config(kind);
                     let mut dec = Decoder::new(
                         &m.llama,
                         &pre,
@@ -220,10 +212,10 @@ pub fn run(args: PasskeyArgs, devices: &Devices) -> anyhow::Result<()> {
             cell(s.scanned)
         );
     }
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.run.json {
         let json = serde_json::json!({
             "schema": "qkindex-passkey/1",
-            "config": args.policy.config(PolicyKind::IndexTopk),
+            "config": args.run.policy.config(PolicyKind::IndexTopk),
             "summary": summaries,
             "trials": trials,
         });
