@@ -11,7 +11,7 @@
 //! | [`search`] | the one search interface ([`AnnIndex`]), params, stats |
 //! | [`scratch`] | per-thread search buffers |
 //! | [`cancel`] | cooperative cancellation of long builds |
-//! | [`graph`] | CSR adjacency and beam search |
+//! | [`graph`] | the graph toolkit: CSR adjacency, beam search, reachability, repair, pruning |
 //! | [`attention`] | [`AttentionIndex`], the query-aware projected graph |
 //! | [`hnsw`] | [`HnswIndex`], HNSW (inner product or the MIPS→L2 reduction) |
 //! | [`ivf`] | [`IvfIndex`], the inverted-file baseline (k-means lists) |

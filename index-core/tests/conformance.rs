@@ -269,11 +269,7 @@ fn conformance_with(
     // k = n with the default ef (or a full nprobe) returns every key once (kinds exempt from
     // exactness may miss stranded keys).
     if !budget.full(n).is_empty() {
-        let all_params = if is_ivf {
-            budget.full(n)[0].clone()
-        } else {
-            none.clone()
-        };
+        let all_params = if is_ivf { budget.full(n)[0] } else { none };
         let all = index
             .search(query(queries, dim, 0), n, &all_params, &mut scratch)
             .expect("k = n");
@@ -302,7 +298,7 @@ fn conformance_with(
 
     // Typed errors.
     let q = query(queries, dim, 0);
-    let p = typical.clone();
+    let p = typical;
     let err = |r: qkindex::Result<SearchOutput>| r.expect_err("expected an error");
     assert!(
         matches!(
@@ -564,12 +560,12 @@ fn seeds_are_used_and_out_of_range_seeds_ignored() {
         .flat
         .search(q, K, &SearchParams::default(), &mut s)
         .expect("flat");
-    let params = SearchParams {
-        ef: Some(K),
-        seeds: vec![exact.ids[0], u32::MAX, N as u32, exact.ids[0]],
-        ..Default::default()
-    };
-    let got = f.attention.search(q, K, &params, &mut s).expect("seeded");
+    let params = SearchParams::with_ef(K);
+    let seeds = [exact.ids[0], u32::MAX, N as u32, exact.ids[0]];
+    let mut got = SearchOutput::default();
+    f.attention
+        .search_seeded(q, K, &params, &seeds, &mut s, &mut got)
+        .expect("seeded");
     check_output(&got, q, &f.data.keys, DIM, K, "seeded");
     assert_eq!(got.ids[0], exact.ids[0], "the best key was seeded");
     assert!(got.stats.distance_computations <= N as u64);

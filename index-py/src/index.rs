@@ -348,7 +348,7 @@ impl AttentionIndex {
             self.inner.len(),
             self.inner.dim(),
             self.inner.keys().dtype(),
-            self.inner.graph().edges()
+            self.inner.edges()
         )
     }
 }

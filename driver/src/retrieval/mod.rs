@@ -314,8 +314,8 @@ struct HeadState {
     tail_keys: u64,
     /// Per query head: the rest ids retrieved at the previous step (`step_seeds`).
     prev: Vec<Vec<u32>>,
-    /// The policy's search parameters with this step's seeds.
-    seeded: SearchParams,
+    /// This step's seeds (`step_seeds`; a reused buffer).
+    seeds: Vec<u32>,
     dc: u64,
     measure: Measured,
     /// ReTopK selectors, one per query head of the group (retopk only).
@@ -482,7 +482,7 @@ impl Retrieval {
                     tail: TailScratch::default(),
                     tail_keys: 0,
                     prev: vec![Vec::new(); group],
-                    seeded: SearchParams::default(),
+                    seeds: Vec::new(),
                     dc: 0,
                     measure: Measured::default(),
                 });
@@ -711,13 +711,16 @@ impl Retrieval {
                         }
                     } else if step_seeds > 0 {
                         // Reuse the seed buffer: no allocation per search.
-                        st.seeded.ef = params.ef;
-                        st.seeded.nprobe = params.nprobe;
-                        st.seeded.beam = params.beam;
-                        st.seeded.seeds.clear();
-                        st.seeded.seeds.extend(params.seeds.iter());
-                        st.seeded.seeds.extend(st.prev[j].iter().take(step_seeds));
-                        rest.search(qh, kk, &st.seeded, &mut st.scratch, &mut st.found)?;
+                        st.seeds.clear();
+                        st.seeds.extend(st.prev[j].iter().take(step_seeds));
+                        rest.search_seeded(
+                            qh,
+                            kk,
+                            params,
+                            &st.seeds,
+                            &mut st.scratch,
+                            &mut st.found,
+                        )?;
                         st.dc += st.found.stats.distance_computations;
                         st.prev[j].clone_from(&st.found.ids);
                     } else {
@@ -735,7 +738,7 @@ impl Retrieval {
         let t_cmp = Instant::now();
         let mut compared = false;
         for (g, st) in heads.iter_mut().enumerate() {
-            let Some(rest) = st.rest.as_ref() else {
+            let Some(rest) = st.rest.as_mut() else {
                 continue;
             };
             for j in 0..group {
@@ -754,7 +757,7 @@ impl Retrieval {
                 for (w, f) in st.counts.wider.iter_mut().zip(WIDER_EF) {
                     let wide = SearchParams {
                         ef: Some((base_ef as f64 * f).round() as usize),
-                        ..params.clone()
+                        ..*params
                     };
                     rest.search(qh, kk, &wide, &mut st.scratch, &mut out)?;
                     w.ef = wide.ef.unwrap_or(base_ef);

@@ -41,10 +41,14 @@ impl RestKind {
 pub enum RestIndex {
     Attention(AttentionIndex),
     Flat(FlatIndex),
-    /// A kind without insertion: the prefill's keys under `index`, later keys in `tail`.
+    /// A kind without insertion: the prefill's keys under `index`, later keys in `tail`, and
+    /// the two searches' results before they are merged (kept, so that a search allocates
+    /// nothing once they have grown).
     Frozen {
         index: Box<dyn AnnIndex>,
         tail: FlatIndex,
+        found: SearchOutput,
+        tail_found: SearchOutput,
     },
 }
 
@@ -70,6 +74,8 @@ impl RestIndex {
             Ok(RestIndex::Frozen {
                 index,
                 tail: FlatIndex::new(Arc::new(empty)),
+                found: SearchOutput::default(),
+                tail_found: SearchOutput::default(),
             })
         };
         match kind {
@@ -104,7 +110,7 @@ impl RestIndex {
         match self {
             RestIndex::Attention(a) => a.len(),
             RestIndex::Flat(f) => f.len(),
-            RestIndex::Frozen { index, tail } => index.len() + tail.len(),
+            RestIndex::Frozen { index, tail, .. } => index.len() + tail.len(),
         }
     }
 
@@ -126,12 +132,27 @@ impl RestIndex {
         }
     }
 
-    /// The `k` best keys for `query` (fewer when the index holds fewer), best first.
+    /// The `k` best keys for `query` (fewer when the index holds fewer), best first. Allocates
+    /// nothing once `scratch`, `out` and the index's own buffers have grown.
     pub fn search(
-        &self,
+        &mut self,
         query: &[f32],
         k: usize,
         params: &SearchParams,
+        scratch: &mut Scratch,
+        out: &mut SearchOutput,
+    ) -> qkindex::Result<()> {
+        self.search_seeded(query, k, params, &[], scratch, out)
+    }
+
+    /// [`RestIndex::search`] that also starts graph searches from `seeds` (rest ids; see
+    /// [`AnnIndex::search_seeded`]).
+    pub fn search_seeded(
+        &mut self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        seeds: &[u32],
         scratch: &mut Scratch,
         out: &mut SearchOutput,
     ) -> qkindex::Result<()> {
@@ -141,32 +162,21 @@ impl RestIndex {
             return Ok(());
         }
         match self {
-            RestIndex::Attention(a) => a.search_into(query, k, params, scratch, out),
-            RestIndex::Flat(f) => f.search_into(query, k, params, scratch, out),
-            RestIndex::Frozen { index, tail } => {
+            RestIndex::Attention(a) => a.search_seeded(query, k, params, seeds, scratch, out),
+            RestIndex::Flat(f) => f.search_seeded(query, k, params, seeds, scratch, out),
+            RestIndex::Frozen {
+                index,
+                tail,
+                found,
+                tail_found,
+            } => {
                 let base = index.len();
-                index.search_into(query, k.min(base), params, scratch, out)?;
                 if tail.is_empty() {
-                    return Ok(());
+                    return index.search_seeded(query, k.min(base), params, seeds, scratch, out);
                 }
-                let t = tail.search(query, k.min(tail.len()), params, scratch)?;
-                let mut merged: Vec<(f32, u32)> = out
-                    .scores
-                    .iter()
-                    .copied()
-                    .zip(out.ids.iter().copied())
-                    .chain(
-                        t.scores
-                            .iter()
-                            .copied()
-                            .zip(t.ids.iter().map(|&i| i + base as u32)),
-                    )
-                    .collect();
-                merged.sort_by(|a, b| b.0.total_cmp(&a.0));
-                merged.truncate(k);
-                out.ids = merged.iter().map(|m| m.1).collect();
-                out.scores = merged.iter().map(|m| m.0).collect();
-                out.stats += t.stats;
+                index.search_seeded(query, k.min(base), params, seeds, scratch, found)?;
+                tail.search_into(query, k.min(tail.len()), params, scratch, tail_found)?;
+                merge(found, tail_found, base as u32, k, out);
                 Ok(())
             }
         }
@@ -197,7 +207,7 @@ impl std::fmt::Debug for RestIndex {
         let kind = match self {
             RestIndex::Attention(_) => "attention".to_string(),
             RestIndex::Flat(_) => "flat".to_string(),
-            RestIndex::Frozen { index, tail } => {
+            RestIndex::Frozen { index, tail, .. } => {
                 format!("{} + tail of {}", index.kind().name(), tail.len())
             }
         };
@@ -205,5 +215,72 @@ impl std::fmt::Debug for RestIndex {
             .field("kind", &kind)
             .field("len", &self.len())
             .finish()
+    }
+}
+
+/// The best `k` of two result lists (each best first) into `out`, the ids of `tail` shifted by
+/// `base`: on equal scores the first list's items come first, as a stable sort of both would
+/// order them.
+fn merge(first: &SearchOutput, tail: &SearchOutput, base: u32, k: usize, out: &mut SearchOutput) {
+    out.clear();
+    let (mut i, mut j) = (0, 0);
+    while out.ids.len() < k {
+        let take_first = match (first.scores.get(i), tail.scores.get(j)) {
+            (Some(a), Some(b)) => a.total_cmp(b).is_ge(),
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        if take_first {
+            out.ids.push(first.ids[i]);
+            out.scores.push(first.scores[i]);
+            i += 1;
+        } else {
+            out.ids.push(tail.ids[j] + base);
+            out.scores.push(tail.scores[j]);
+            j += 1;
+        }
+    }
+    out.stats = first.stats;
+    out.stats += tail.stats;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output(ids: &[u32], scores: &[f32], dc: u64) -> SearchOutput {
+        SearchOutput {
+            ids: ids.to_vec(),
+            scores: scores.to_vec(),
+            stats: qkindex::SearchStats {
+                distance_computations: dc,
+                hops: 1,
+            },
+        }
+    }
+
+    #[test]
+    fn merge_keeps_the_order_of_a_stable_sort() {
+        let first = output(&[4, 1, 7], &[3.0, 2.0, 2.0], 10);
+        let tail = output(&[0, 2], &[2.0, 1.0], 5);
+        let mut out = SearchOutput::default();
+        for k in 0..=6 {
+            merge(&first, &tail, 100, k, &mut out);
+            // What the frozen kinds did before: both lists concatenated, sorted (stable) by
+            // descending score, truncated to k.
+            let mut all: Vec<(f32, u32)> =
+                [(3.0, 4), (2.0, 1), (2.0, 7), (2.0, 100), (1.0, 102)].to_vec();
+            all.sort_by(|a, b| b.0.total_cmp(&a.0));
+            all.truncate(k);
+            assert_eq!(
+                out.ids,
+                all.iter().map(|x| x.1).collect::<Vec<_>>(),
+                "k = {k}"
+            );
+            assert_eq!(out.scores, all.iter().map(|x| x.0).collect::<Vec<_>>());
+            assert_eq!(out.stats.distance_computations, 15);
+            assert_eq!(out.stats.hops, 2);
+        }
     }
 }

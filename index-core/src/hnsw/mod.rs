@@ -29,11 +29,9 @@ pub use upper::{UpperLevel, UpperLevels};
 
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
-use crate::graph::{beam_search, Csr};
+use crate::graph::{beam_search, BeamSettings, Csr};
 use crate::scratch::{Scored, Scratch};
-use crate::search::{
-    check_beam, check_query, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats,
-};
+use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};
 use crate::store::KeyStore;
 use std::sync::Arc;
 
@@ -166,16 +164,20 @@ impl AnnIndex for HnswIndex {
         scratch: &mut Scratch,
         out: &mut SearchOutput,
     ) -> Result<()> {
+        self.search_seeded(query, k, params, &[], scratch, out)
+    }
+
+    fn search_seeded(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        seeds: &[u32],
+        scratch: &mut Scratch,
+        out: &mut SearchOutput,
+    ) -> Result<()> {
         check_query(query, self.keys.dim(), k, self.keys.len())?;
-        let ef = params.ef.unwrap_or(self.params.default_ef.max(k));
-        if ef < k {
-            return Err(Error::invalid_param(
-                "ef",
-                ef,
-                format!("must be at least k = {k}"),
-            ));
-        }
-        check_beam(params)?;
+        let settings = BeamSettings::for_search(params, k, self.params.default_ef)?;
         let scorer = self.keys.scorer();
         let mut stats = SearchStats {
             distance_computations: 1,
@@ -205,10 +207,8 @@ impl AnnIndex for HnswIndex {
             &self.level0,
             &scorer,
             query,
-            &[&[cur.id], &params.seeds],
-            ef,
-            k,
-            params.beam,
+            &[&[cur.id], seeds],
+            &settings,
             scratch,
             out,
         );

@@ -99,7 +99,7 @@ impl Persist for AttentionIndex {
         self.keys()
     }
     fn add_sections<'a>(&'a self, w: &mut FileWriter<'a>) -> Result<()> {
-        match self.graph() {
+        match self.graph()? {
             Cow::Borrowed(g) => {
                 w.section(SectionKind::CSR_OFFSETS, bytemuck::cast_slice(g.offsets()));
                 w.section(
@@ -324,7 +324,7 @@ pub fn deep_check(raw: &RawFile, index: &AnyIndex) -> Result<()> {
         }
     }
     if let AnyIndex::Attention(a) = index {
-        a.graph().validate().map_err(|reason| {
+        a.graph()?.validate().map_err(|reason| {
             let section = if reason.contains("neighbour id") {
                 SectionKind::CSR_NEIGHBORS
             } else {

@@ -220,6 +220,18 @@ impl AnnIndex for AnyIndex {
     ) -> Result<()> {
         self.as_dyn().search_into(query, k, params, scratch, out)
     }
+    fn search_seeded(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        seeds: &[u32],
+        scratch: &mut Scratch,
+        out: &mut SearchOutput,
+    ) -> Result<()> {
+        self.as_dyn()
+            .search_seeded(query, k, params, seeds, scratch, out)
+    }
 }
 
 /// Opens the index file at `path` by mapping it; its searches read the mapping (no copy).
