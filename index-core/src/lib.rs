@@ -9,6 +9,7 @@
 //! | [`metric`] | SIMD inner-product kernels chosen at run time |
 //! | [`knn`] | exact batched top-k ([`knn::KnnBackend`], CPU implementation) |
 //! | [`search`] | the one search interface ([`AnnIndex`]), params, stats |
+//! | [`spec`] | [`IndexSpec`]: one string per kind and build parameters (`"ivf:nlist=361"`), and its build |
 //! | [`scratch`] | per-thread search buffers |
 //! | [`cancel`] | cooperative cancellation of long builds |
 //! | [`graph`] | the graph toolkit: CSR adjacency, beam search, reachability, repair, pruning |
@@ -56,6 +57,7 @@ pub mod npy;
 pub mod retopk;
 pub mod scratch;
 pub mod search;
+pub mod spec;
 pub mod store;
 pub mod synth;
 pub mod vamana;
@@ -70,5 +72,6 @@ pub use knn::{CpuKnn, KnnBackend, KnnOptions, KnnResult};
 pub use retopk::{ReTopK, ReTopKParams, StepPath, StepStats};
 pub use scratch::Scratch;
 pub use search::{search_batch, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};
+pub use spec::IndexSpec;
 pub use store::{Dtype, KeyStore};
 pub use vamana::{VamanaIndex, VamanaParams};

@@ -51,7 +51,7 @@ impl Shape {
 pub fn cache_keys(cache: &KvCache, head_dim: usize) -> impl Fn(usize, usize) -> Vec<f32> + '_ {
     move |layer, g| cache.keys(layer, g, head_dim).to_vec()
 }
-pub use rest::{RestIndex, RestKind};
+pub use rest::RestIndex;
 use softmax::Partial;
 use tail::{tail_part, TailScratch};
 
@@ -94,8 +94,8 @@ pub struct PolicyConfig {
     pub window: usize,
     /// Keys retrieved from the rest per query head.
     pub k: usize,
-    /// Index kind of `index-topk`.
-    pub index: RestKind,
+    /// The index of `index-topk` (and of ReTopK's exact path with `retopk_index`).
+    pub index: qkindex::IndexSpec,
     /// Graph search list size (`None`: the index default, raised to `k`).
     pub ef: Option<usize>,
     /// IVF lists probed (`None`: the index default).
@@ -117,14 +117,10 @@ pub struct PolicyConfig {
     /// Graph searches also start from this many of the keys the same query head retrieved at
     /// the previous step (consecutive decode queries are alike; 0: none).
     pub step_seeds: usize,
-    /// How the AttentionIndex of `index-topk` prunes its edges (decode queries at a question
-    /// leave the prefill's distribution: occlusion-fill keeps the routes into isolated spans
-    /// that plain top pruning drops; docs/DECODING.md §5b).
-    pub prune: qkindex::attention::Prune,
 }
 
 fn dtype_name<S: serde::Serializer>(d: &qkindex::Dtype, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&d.to_string())
+    s.serialize_str(d.numpy_name())
 }
 
 impl PolicyConfig {
@@ -135,7 +131,7 @@ impl PolicyConfig {
             sink: 128,
             window: 512,
             k: 100,
-            index: RestKind::Attention,
+            index: qkindex::IndexSpec::Attention(qkindex::AttentionParams::default()),
             ef: None,
             nprobe: None,
             measure: true,
@@ -145,17 +141,16 @@ impl PolicyConfig {
             store: qkindex::Dtype::F16,
             tail_samples: 0,
             step_seeds: 0,
-            prune: qkindex::attention::Prune::OcclusionFill,
         }
     }
 
-    fn rest_kind(&self) -> Option<RestKind> {
+    fn rest_kind(&self) -> Option<qkindex::IndexSpec> {
         match self.kind {
             PolicyKind::Full | PolicyKind::Static => None,
-            PolicyKind::ExactTopk => Some(RestKind::Flat),
-            PolicyKind::IndexTopk => Some(self.index),
-            PolicyKind::Retopk if self.retopk_index => Some(self.index),
-            PolicyKind::Retopk => Some(RestKind::Flat),
+            PolicyKind::ExactTopk => Some(qkindex::IndexSpec::Flat),
+            PolicyKind::IndexTopk => Some(self.index.clone()),
+            PolicyKind::Retopk if self.retopk_index => Some(self.index.clone()),
+            PolicyKind::Retopk => Some(qkindex::IndexSpec::Flat),
         }
     }
 }
@@ -380,7 +375,7 @@ impl Retrieval {
         if cfg.k == 0 {
             return Err(qkindex::Error::invalid_param("k", 0, "must be at least 1").into());
         }
-        let track_guides = kind == Some(RestKind::Attention);
+        let track_guides = matches!(kind, Some(qkindex::IndexSpec::Attention(_)));
         let width = n_heads * hd;
         let mut layers = Vec::with_capacity(model.n_layers);
         for layer in 0..model.n_layers {
@@ -389,7 +384,7 @@ impl Retrieval {
                 let keys_owned = keys_of(layer, g);
                 let keys = &keys_owned[..n * hd];
                 let dense = cfg.dense_layers.contains(&layer);
-                let rest = match kind.filter(|_| !dense) {
+                let rest = match kind.as_ref().filter(|_| !dense) {
                     None => None,
                     Some(kind) => {
                         let q = prefill_q
@@ -415,13 +410,8 @@ impl Retrieval {
                         } else {
                             cfg.store
                         };
-                        let attention = qkindex::AttentionParams {
-                            prune: cfg.prune,
-                            ..Default::default()
-                        };
-                        Some(RestIndex::build(
-                            kind, rest_keys, hd, &train, dtype, &attention,
-                        )?)
+                        let knn = crate::knn::backend().map_err(qkindex::Error::from)?;
+                        Some(RestIndex::build(kind, rest_keys, hd, &train, dtype, knn)?)
                     }
                 };
                 let mut guides = VecDeque::new();
@@ -445,7 +435,7 @@ impl Retrieval {
                     let keys = rest.as_ref().and_then(RestIndex::keys).ok_or_else(|| {
                         qkindex::Error::invalid_param(
                             "index",
-                            format!("{:?}", cfg.index),
+                            cfg.index.to_string(),
                             "the ReTopK exact path takes attention or flat",
                         )
                     })?;

@@ -1,39 +1,22 @@
 //! The searchable "rest" of one KV head: keys that are neither attention sinks nor in the recent
-//! window, under an index of any kind. Ids are `position − sink`.
+//! window, under an index of any kind ([`IndexSpec`]). Ids are `position − sink`.
 //!
-//! Kinds that link new keys in place (`attention`: query-aware insertion; `flat`: an append) take
-//! the keys that leave the window directly. The others (`hnsw`, `ivf`, `vamana`,
-//! `robust-vamana`) are not rebuilt during decoding: their keys from the prefill stay under the
-//! index and later keys go to an exact tail scan whose results are merged (so a long decode
-//! drifts towards the exact scan's cost, never away from its answers).
+//! Kinds that link new keys in place ([`IndexSpec::inserts`]: `attention`, query-aware
+//! insertion; `flat`, an append) take the keys that leave the window directly. The others
+//! (`hnsw`, `ivf`, `vamana`, `robust-vamana`, ...) are not rebuilt during decoding: their keys
+//! from the prefill stay under the index and later keys go to an exact tail scan whose results
+//! are merged (so a long decode drifts towards the exact scan's cost, never away from its
+//! answers).
 
 use std::sync::Arc;
 
 use half::f16;
 
+use qkindex::io::AnyIndex;
 use qkindex::{
-    AnnIndex, AttentionIndex, AttentionParams, Dtype, FlatIndex, HnswIndex, HnswParams, IvfIndex,
-    IvfParams, KeyStore, Scratch, SearchOutput, SearchParams, VamanaIndex, VamanaParams,
+    AnnIndex, AttentionIndex, Dtype, FlatIndex, IndexSpec, KeyStore, KnnBackend, Scratch,
+    SearchOutput, SearchParams,
 };
-
-/// Index kinds that a retrieval policy can search.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RestKind {
-    Attention,
-    Flat,
-    Hnsw,
-    Ivf,
-    Vamana,
-    RobustVamana,
-}
-
-impl RestKind {
-    /// True for kinds that take new keys in place.
-    pub fn inserts(self) -> bool {
-        matches!(self, RestKind::Attention | RestKind::Flat)
-    }
-}
 
 /// One KV head's rest index (one per layer and KV head: the size difference of the variants
 /// does not matter).
@@ -45,7 +28,7 @@ pub enum RestIndex {
     /// the two searches' results before they are merged (kept, so that a search allocates
     /// nothing once they have grown).
     Frozen {
-        index: Box<dyn AnnIndex>,
+        index: AnyIndex,
         tail: FlatIndex,
         found: SearchOutput,
         tail_found: SearchOutput,
@@ -53,15 +36,15 @@ pub enum RestIndex {
 }
 
 impl RestIndex {
-    /// Builds an index of `kind` over `keys` (`n × dim` row-major), with `train_queries` for the
-    /// kinds that learn from queries (`attention`: the AttentionIndex's build parameters).
+    /// Builds the index `spec` names over `keys` (`n × dim` row-major, stored as `dtype`), with
+    /// `train_queries` for the kinds that learn from queries and `knn` for their exact top-k.
     pub fn build(
-        kind: RestKind,
+        spec: &IndexSpec,
         keys: Vec<f32>,
         dim: usize,
         train_queries: &[f32],
         dtype: Dtype,
-        attention: &AttentionParams,
+        knn: &dyn KnnBackend,
     ) -> qkindex::Result<Self> {
         let store = Arc::new(match dtype {
             Dtype::F32 => KeyStore::from_f32(keys, dim)?,
@@ -69,40 +52,16 @@ impl RestIndex {
                 KeyStore::from_f16(keys.iter().map(|&x| f16::from_f32(x)).collect(), dim)?
             }
         });
-        let frozen = |index: Box<dyn AnnIndex>| -> qkindex::Result<RestIndex> {
-            let empty = KeyStore::empty(dtype, dim)?;
-            Ok(RestIndex::Frozen {
+        Ok(match spec.build(store, train_queries, knn)? {
+            AnyIndex::Attention(a) => RestIndex::Attention(a),
+            AnyIndex::Flat(f) => RestIndex::Flat(f),
+            index => RestIndex::Frozen {
                 index,
-                tail: FlatIndex::new(Arc::new(empty)),
+                tail: FlatIndex::new(Arc::new(KeyStore::empty(dtype, dim)?)),
                 found: SearchOutput::default(),
                 tail_found: SearchOutput::default(),
-            })
-        };
-        match kind {
-            RestKind::Attention => Ok(RestIndex::Attention(AttentionIndex::build(
-                store,
-                train_queries,
-                attention,
-                crate::knn::backend()?,
-            )?)),
-            RestKind::Flat => Ok(RestIndex::Flat(FlatIndex::new(store))),
-            RestKind::Hnsw => frozen(Box::new(HnswIndex::build(store, &HnswParams::default())?)),
-            RestKind::Ivf => frozen(Box::new(IvfIndex::build(&store, &IvfParams::default())?)),
-            RestKind::Vamana | RestKind::RobustVamana => {
-                let robust = kind == RestKind::RobustVamana;
-                let params = VamanaParams {
-                    robust,
-                    ..VamanaParams::default()
-                };
-                let train = robust.then_some(train_queries);
-                frozen(Box::new(VamanaIndex::build(
-                    store,
-                    train,
-                    &params,
-                    crate::knn::backend()?,
-                )?))
-            }
-        }
+            },
+        })
     }
 
     /// Number of keys.

@@ -113,6 +113,10 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
+        // Spec strings and build-cache keys embed these names: `top` must stay `top`.
+        assert_eq!(Prune::Top.to_string(), "top");
+        assert_eq!(Prune::Occlusion.to_string(), "occlusion");
+        assert_eq!(Prune::OcclusionFill.to_string(), "occlusion-fill");
         for p in Prune::ALL {
             assert_eq!(p.to_string().parse::<Prune>().expect("parses"), p);
         }
