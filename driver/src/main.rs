@@ -1,9 +1,11 @@
 //! `qkindex`: the command-line front of qkindex (benchmarks, dumps, the decoding driver).
-//! One file per subcommand under `cmd/`.
+//! One file per subcommand under `cmd/`; what several subcommands share lives beside it
+//! (`report.rs`, `plots.rs`, `training.rs`).
 
 mod cmd;
 mod plots;
 mod report;
+mod training;
 
 use clap::{Parser, Subcommand};
 

@@ -5,10 +5,11 @@
 use std::path::Path;
 
 use qkindex::CpuKnn;
+use qkindex::IndexSpec;
 use qkindex_driver::decode::{prefill, Decoder};
 use qkindex_driver::devices::Devices;
 use qkindex_driver::model::{find_default_model, Model};
-use qkindex_driver::retrieval::{PolicyConfig, PolicyKind, RestKind};
+use qkindex_driver::retrieval::{PolicyConfig, PolicyKind};
 
 fn model() -> Option<Model> {
     let Some(path) = find_default_model() else {
@@ -29,12 +30,16 @@ fn tokens(m: &Model, n: usize) -> Vec<u32> {
     ids
 }
 
-fn config(kind: PolicyKind, index: RestKind, k: usize) -> PolicyConfig {
+fn spec(s: &str) -> IndexSpec {
+    s.parse().expect("a valid index spec")
+}
+
+fn config(kind: PolicyKind, index: &IndexSpec, k: usize) -> PolicyConfig {
     PolicyConfig {
         sink: 16,
         window: 64,
         k,
-        index,
+        index: index.clone(),
         ..PolicyConfig::new(kind)
     }
 }
@@ -68,22 +73,22 @@ fn covering_selections_equal_full_attention() {
     let (full, _) = decode(&m, &ids, n0, &PolicyConfig::new(PolicyKind::Full));
     // k above the rest's size: every key outside the static set is retrieved.
     for (kind, index) in [
-        (PolicyKind::ExactTopk, RestKind::Flat),
-        (PolicyKind::IndexTopk, RestKind::Attention),
-        (PolicyKind::IndexTopk, RestKind::Hnsw),
+        (PolicyKind::ExactTopk, spec("flat")),
+        (PolicyKind::IndexTopk, spec("attention")),
+        (PolicyKind::IndexTopk, spec("hnsw")),
     ] {
-        let (got, rest) = decode(&m, &ids, n0, &config(kind, index, 400));
+        let (got, rest) = decode(&m, &ids, n0, &config(kind, &index, 400));
         let d = max_diff(&full, &got);
-        assert!(d < 2e-3, "{kind:?}/{index:?}: logits differ by {d}");
+        assert!(d < 2e-3, "{kind:?}/{index}: logits differ by {d}");
         // Keys that leave the window enter the index: rest = n − sink − window after each step.
         for (i, &r) in rest.iter().enumerate() {
-            assert_eq!(r, n0 + i + 1 - 16 - 64, "{kind:?}/{index:?} step {i}");
+            assert_eq!(r, n0 + i + 1 - 16 - 64, "{kind:?}/{index} step {i}");
         }
     }
     // Seeding each search with the previous step's keys keeps a covering selection exact.
     let seeded = PolicyConfig {
         step_seeds: 400,
-        ..config(PolicyKind::IndexTopk, RestKind::Attention, 400)
+        ..config(PolicyKind::IndexTopk, &spec("attention"), 400)
     };
     let (got, _) = decode(&m, &ids, n0, &seeded);
     let d = max_diff(&full, &got);
@@ -97,7 +102,7 @@ fn covering_selections_equal_full_attention() {
     let (got, _) = decode(&m, &ids, n0, &cover);
     assert!(max_diff(&full, &got) < 2e-3);
     // A small selection is not.
-    let (got, _) = decode(&m, &ids, n0, &config(PolicyKind::Static, RestKind::Flat, 1));
+    let (got, _) = decode(&m, &ids, n0, &config(PolicyKind::Static, &spec("flat"), 1));
     let small = max_diff(&full, &got);
     assert!(
         small > 1e-2,
@@ -106,21 +111,21 @@ fn covering_selections_equal_full_attention() {
     // A tail estimate with as many samples as left-out keys takes each of them once, at weight
     // 1: full attention again, from a selection of 8.
     for (kind, index) in [
-        (PolicyKind::ExactTopk, RestKind::Flat),
-        (PolicyKind::IndexTopk, RestKind::Attention),
+        (PolicyKind::ExactTopk, spec("flat")),
+        (PolicyKind::IndexTopk, spec("attention")),
     ] {
         let cfg = PolicyConfig {
             tail_samples: 400,
-            ..config(kind, index, 8)
+            ..config(kind, &index, 8)
         };
         let (got, _) = decode(&m, &ids, n0, &cfg);
         let d = max_diff(&full, &got);
         assert!(d < 2e-3, "{kind:?} + covering tail: logits differ by {d}");
         // A sampled tail (1 in 4 of the left-out keys) moves the top-8 output towards full.
-        let top8 = max_diff(&full, &decode(&m, &ids, n0, &config(kind, index, 8)).0);
+        let top8 = max_diff(&full, &decode(&m, &ids, n0, &config(kind, &index, 8)).0);
         let sampled = PolicyConfig {
             tail_samples: 40,
-            ..config(kind, index, 8)
+            ..config(kind, &index, 8)
         };
         let est = max_diff(&full, &decode(&m, &ids, n0, &sampled).0);
         assert!(
@@ -134,7 +139,7 @@ fn covering_selections_equal_full_attention() {
 fn retopk_selects_valid_keys_and_reuses() {
     let Some(m) = model() else { return };
     let ids = tokens(&m, 300);
-    let mut cfg = config(PolicyKind::Retopk, RestKind::Flat, 32);
+    let mut cfg = config(PolicyKind::Retopk, &spec("flat"), 32);
     cfg.retopk.c = 8;
     cfg.retopk.r = 2;
     cfg.retopk.w = 8;
@@ -167,14 +172,14 @@ fn contexts_too_short_for_an_index_are_errors() {
     let err = Decoder::new(
         &m.llama,
         &pre,
-        &config(PolicyKind::IndexTopk, RestKind::Attention, 10),
+        &config(PolicyKind::IndexTopk, &spec("attention"), 10),
         4,
         &CpuKnn,
         |_, _| {},
     )
     .expect_err("60 tokens do not exceed sink + window = 80");
     assert!(err.to_string().contains("sink + window"), "{err}");
-    let mut cfg = config(PolicyKind::ExactTopk, RestKind::Flat, 0);
+    let mut cfg = config(PolicyKind::ExactTopk, &spec("flat"), 0);
     cfg.window = 8;
     assert!(
         Decoder::new(&m.llama, &pre, &cfg, 4, &CpuKnn, |_, _| {}).is_err(),
@@ -182,7 +187,7 @@ fn contexts_too_short_for_an_index_are_errors() {
     );
     // Without captured queries an index cannot be built.
     let bare = prefill(&m.llama, &ids, 60, false).expect("prefill");
-    let mut cfg = config(PolicyKind::IndexTopk, RestKind::Attention, 10);
+    let mut cfg = config(PolicyKind::IndexTopk, &spec("attention"), 10);
     cfg.window = 8;
     assert!(Decoder::new(&m.llama, &bare, &cfg, 4, &CpuKnn, |_, _| {}).is_err());
 }

@@ -9,10 +9,10 @@
 //! | [`metric`] | SIMD inner-product kernels chosen at run time |
 //! | [`knn`] | exact batched top-k ([`knn::KnnBackend`], CPU implementation) |
 //! | [`search`] | the one search interface ([`AnnIndex`]), params, stats |
-//! | `search_util` | checks the kinds' searches share (graph `ef` and beam) |
+//! | [`spec`] | [`IndexSpec`]: one string per kind and build parameters (`"ivf:nlist=361"`), and its build |
 //! | [`scratch`] | per-thread search buffers |
 //! | [`cancel`] | cooperative cancellation of long builds |
-//! | [`graph`] | CSR adjacency and beam search |
+//! | [`graph`] | the graph toolkit: CSR adjacency, beam search, reachability, repair, pruning |
 //! | [`attention`] | [`AttentionIndex`], the query-aware projected graph |
 //! | [`hnsw`] | [`HnswIndex`], HNSW (inner product or the MIPS→L2 reduction) |
 //! | [`ivf`] | [`IvfIndex`], the inverted-file baseline (k-means lists) |
@@ -57,7 +57,7 @@ pub mod npy;
 pub mod retopk;
 pub mod scratch;
 pub mod search;
-mod search_util;
+pub mod spec;
 pub mod store;
 pub mod synth;
 pub mod vamana;
@@ -72,5 +72,6 @@ pub use knn::{CpuKnn, KnnBackend, KnnOptions, KnnResult};
 pub use retopk::{ReTopK, ReTopKParams, StepPath, StepStats};
 pub use scratch::Scratch;
 pub use search::{search_batch, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};
+pub use spec::IndexSpec;
 pub use store::{Dtype, KeyStore};
 pub use vamana::{VamanaIndex, VamanaParams};

@@ -3,14 +3,16 @@
 //! An index answers top-k maximum-inner-product queries: `search` returns the ids of the keys
 //! with the largest `q · key`, best first, with their scores, and [`SearchStats`] saying what the
 //! search computed. Query knobs travel in [`SearchParams`] per call (never `&mut self`), so one
-//! index serves concurrent searches; per-thread buffers live in a [`Scratch`].
+//! index serves concurrent searches; per-thread buffers live in a [`Scratch`]. Extra entry
+//! points of graph searches (seeds) travel beside the params ([`AnnIndex::search_seeded`]).
 
 use crate::error::{Error, Result};
 use crate::scratch::Scratch;
 use rayon::prelude::*;
 use std::ops::AddAssign;
 
-/// Which kind of index answered.
+/// Which kind of index answered. An [`crate::IndexSpec`] names a kind with its build
+/// parameters (`hnsw-ip:m=32`); the kind is the family its presets belong to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IndexKind {
@@ -22,8 +24,9 @@ pub enum IndexKind {
 }
 
 impl IndexKind {
-    /// The name used in reports and on the command line.
-    pub fn name(self) -> &'static str {
+    /// The name used in reports and on the command line (the kind's default
+    /// [`crate::IndexSpec`]).
+    pub const fn name(self) -> &'static str {
         match self {
             IndexKind::Attention => "attention",
             IndexKind::Flat => "flat",
@@ -36,7 +39,7 @@ impl IndexKind {
 
 /// Per-call search parameters. Kinds read the fields that apply to them and reject values
 /// that make no sense for them (for example `ef < k`) with [`Error::InvalidParam`].
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SearchParams {
     /// Candidate list size of graph searches (`ef ≥ k`); `None` takes the index default.
     pub ef: Option<usize>,
@@ -47,8 +50,6 @@ pub struct SearchParams {
     /// with a list of `beam` items, the result still being the best `k` keys it scored: the
     /// settings below `ef = k` on a recall curve.
     pub beam: Option<usize>,
-    /// Extra entry points for graph searches (for example keys recalled by ReTopK).
-    pub seeds: Vec<u32>,
 }
 
 impl SearchParams {
@@ -137,6 +138,23 @@ pub trait AnnIndex: Send + Sync {
         out: &mut SearchOutput,
     ) -> Result<()>;
 
+    /// [`AnnIndex::search_into`] that also starts from `seeds` (key ids, for example keys
+    /// recalled by ReTopK or retrieved at the previous decode step): graph kinds add them to
+    /// their entry points (ids out of range are ignored); kinds without entry points (flat,
+    /// IVF) ignore them.
+    fn search_seeded(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        seeds: &[u32],
+        scratch: &mut Scratch,
+        out: &mut SearchOutput,
+    ) -> Result<()> {
+        let _ = seeds;
+        self.search_into(query, k, params, scratch, out)
+    }
+
     /// [`AnnIndex::search_into`] returning a fresh output.
     fn search(
         &self,
@@ -182,14 +200,6 @@ pub fn check_query(query: &[f32], dim: usize, k: usize, n: usize) -> Result<()> 
         ));
     }
     Ok(())
-}
-
-/// Checks [`SearchParams::beam`] (graph kinds): a width of 0 expands nothing.
-pub fn check_beam(params: &SearchParams) -> Result<()> {
-    match params.beam {
-        Some(0) => Err(Error::invalid_param("beam", 0, "must be at least 1")),
-        _ => Ok(()),
-    }
 }
 
 /// Searches one query per index in parallel (rayon), as a decode step does for the heads of

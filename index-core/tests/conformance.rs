@@ -1,14 +1,16 @@
 //! One conformance suite for every `AnnIndex` kind: recall against the exact scan, exactness at
 //! `ef = n`, stats bounds, sorted exact scores, no duplicates, typed errors; plus `search_batch`
-//! and `Scratch` reuse.
+//! and `Scratch` reuse. Every index is built the way users name it: an `IndexSpec` string,
+//! parsed and built.
 
+use qkindex::io::AnyIndex;
 use qkindex::metric::scalar::dot_f64;
 use qkindex::search::SearchOutput;
 use qkindex::synth::{ood, SynthData};
 use qkindex::{
     search_batch, AnnIndex, AttentionIndex, AttentionParams, CpuKnn, Error, FlatIndex, HnswIndex,
-    HnswParams, IndexKind, IvfIndex, IvfParams, KeyStore, Scratch, SearchParams, VamanaIndex,
-    VamanaParams,
+    HnswParams, IndexKind, IndexSpec, IvfIndex, IvfParams, KeyStore, Scratch, SearchParams,
+    VamanaIndex, VamanaParams,
 };
 use std::sync::{Arc, OnceLock};
 
@@ -16,8 +18,8 @@ const N: usize = 2000;
 const M: usize = 50;
 const DIM: usize = 32;
 const K: usize = 10;
-/// Measured mean recall@10 at ef = 64 on `ood(2000, 50, 32, 42)`: default 1.000, RoarGraph
-/// recipe 0.938 (seeds 1, 2, 3, 77, 1234: default ≥ 0.994, recipe 0.910–0.996).
+/// Measured mean recall@10 at ef = 64 on `ood(2000, 50, 32, 42)`: `attention:prune=top` 1.000,
+/// RoarGraph recipe 0.938 (seeds 1, 2, 3, 77, 1234: top pruning ≥ 0.994, recipe 0.910–0.996).
 const EF: usize = 64;
 /// `nprobe` of the IVF recall check (of round(4·√2000) = 179 lists).
 const NPROBE: usize = 16;
@@ -83,7 +85,10 @@ impl Budget {
 struct Fixture {
     data: SynthData,
     flat: FlatIndex,
+    /// `attention:prune=top` (the measurements in this file's comments).
     attention: AttentionIndex,
+    /// `attention`: the defaults.
+    attention_default: AttentionIndex,
     roargraph: AttentionIndex,
     ivf: IvfIndex,
     vamana: VamanaIndex,
@@ -92,47 +97,40 @@ struct Fixture {
     hnsw_ip: HnswIndex,
 }
 
+/// Parses `spec` and builds it over `keys` from `train` (as `qkindex build` and the bench do).
+fn build(spec: &str, keys: &Arc<KeyStore>, train: &[f32]) -> AnyIndex {
+    let spec: IndexSpec = spec.parse().unwrap_or_else(|e| panic!("{spec}: {e}"));
+    spec.build(keys.clone(), train, &CpuKnn)
+        .unwrap_or_else(|e| panic!("build {spec}: {e}"))
+}
+
+/// [`build`] as the concrete kind.
+fn build_as<T: TryFrom<AnyIndex, Error = Error>>(
+    spec: &str,
+    keys: &Arc<KeyStore>,
+    train: &[f32],
+) -> T {
+    build(spec, keys, train)
+        .try_into()
+        .unwrap_or_else(|e| panic!("{spec}: {e}"))
+}
+
 fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
         let data = ood(N, M, DIM, 42);
         let keys = Arc::new(KeyStore::from_f32(data.keys.clone(), DIM).expect("keys"));
-        let attention = AttentionIndex::build(
-            keys.clone(),
-            &data.train_queries,
-            &AttentionParams::default(),
-            &CpuKnn,
-        )
-        .expect("build default");
-        let roargraph = AttentionIndex::build(
-            keys.clone(),
-            &data.train_queries,
-            &AttentionParams::roargraph_recipe(),
-            &CpuKnn,
-        )
-        .expect("build roargraph recipe");
-        let ivf = IvfIndex::build(&keys, &IvfParams::default()).expect("build ivf");
-        let vamana = VamanaIndex::build(keys.clone(), None, &VamanaParams::default(), &CpuKnn)
-            .expect("build vamana");
-        let robust = VamanaIndex::build(
-            keys.clone(),
-            Some(&data.train_queries),
-            &VamanaParams::robust(),
-            &CpuKnn,
-        )
-        .expect("build robust vamana");
-        let hnsw = HnswIndex::build(keys.clone(), &HnswParams::default()).expect("build hnsw");
-        let hnsw_ip =
-            HnswIndex::build(keys.clone(), &HnswParams::inner_product()).expect("build hnsw ip");
+        let train = &data.train_queries;
         Fixture {
-            flat: FlatIndex::new(keys),
-            attention,
-            roargraph,
-            ivf,
-            vamana,
-            robust,
-            hnsw,
-            hnsw_ip,
+            flat: build_as("flat", &keys, train),
+            attention: build_as("attention:prune=top", &keys, train),
+            attention_default: build_as("attention", &keys, train),
+            roargraph: build_as("roargraph-recipe", &keys, train),
+            ivf: build_as("ivf", &keys, train),
+            vamana: build_as("vamana", &keys, train),
+            robust: build_as("robust-vamana", &keys, train),
+            hnsw: build_as("hnsw", &keys, train),
+            hnsw_ip: build_as("hnsw-ip", &keys, train),
             data,
         }
     })
@@ -269,11 +267,7 @@ fn conformance_with(
     // k = n with the default ef (or a full nprobe) returns every key once (kinds exempt from
     // exactness may miss stranded keys).
     if !budget.full(n).is_empty() {
-        let all_params = if is_ivf {
-            budget.full(n)[0].clone()
-        } else {
-            none.clone()
-        };
+        let all_params = if is_ivf { budget.full(n)[0] } else { none };
         let all = index
             .search(query(queries, dim, 0), n, &all_params, &mut scratch)
             .expect("k = n");
@@ -302,7 +296,7 @@ fn conformance_with(
 
     // Typed errors.
     let q = query(queries, dim, 0);
-    let p = typical.clone();
+    let p = typical;
     let err = |r: qkindex::Result<SearchOutput>| r.expect_err("expected an error");
     assert!(
         matches!(
@@ -388,15 +382,54 @@ fn flat_conforms() {
 }
 
 #[test]
-fn attention_default_conforms() {
+fn attention_top_pruning_conforms() {
     let f = fixture();
     conformance(
         &f.attention,
         &f.data.keys,
         DIM,
         &f.data.test_queries,
+        "attention(prune=top)",
+        0.95,
+    );
+}
+
+#[test]
+fn attention_default_conforms() {
+    let f = fixture();
+    assert_eq!(
+        f.attention_default.params(),
+        &AttentionParams::default(),
+        "`attention` is the defaults"
+    );
+    conformance(
+        &f.attention_default,
+        &f.data.keys,
+        DIM,
+        &f.data.test_queries,
         "attention(default)",
         0.95,
+    );
+}
+
+#[test]
+fn key_graph_conforms() {
+    // Trained on the keys, so K→K queries are its own distribution.
+    let f = fixture();
+    let keys = f.flat.keys().clone();
+    let index: AttentionIndex = build_as("key-graph", &keys, &[]);
+    assert_eq!(
+        index.build_stats().train_queries,
+        N,
+        "one training query per key"
+    );
+    conformance(
+        &index,
+        &f.data.keys,
+        DIM,
+        &f.data.heldout_keys,
+        "key-graph(heldout keys as q)",
+        0.75,
     );
 }
 
@@ -470,15 +503,14 @@ fn ivf_conforms() {
 #[test]
 fn ivf_inner_product_centroids_conform() {
     let f = fixture();
-    let keys = KeyStore::from_f32(f.data.keys.clone(), DIM).expect("keys");
-    let ivf = IvfIndex::build(
-        &keys,
+    let ivf: IvfIndex = build_as("ivf-ip", f.flat.keys(), &[]);
+    assert_eq!(
+        ivf.params(),
         &IvfParams {
             assignment: qkindex::ivf::Assignment::InnerProduct,
             ..Default::default()
-        },
-    )
-    .expect("spherical build");
+        }
+    );
     let budget = Budget::Nprobe { nlist: ivf.nlist() };
     let d = &f.data;
     conformance_with(
@@ -564,12 +596,12 @@ fn seeds_are_used_and_out_of_range_seeds_ignored() {
         .flat
         .search(q, K, &SearchParams::default(), &mut s)
         .expect("flat");
-    let params = SearchParams {
-        ef: Some(K),
-        seeds: vec![exact.ids[0], u32::MAX, N as u32, exact.ids[0]],
-        ..Default::default()
-    };
-    let got = f.attention.search(q, K, &params, &mut s).expect("seeded");
+    let params = SearchParams::with_ef(K);
+    let seeds = [exact.ids[0], u32::MAX, N as u32, exact.ids[0]];
+    let mut got = SearchOutput::default();
+    f.attention
+        .search_seeded(q, K, &params, &seeds, &mut s, &mut got)
+        .expect("seeded");
     check_output(&got, q, &f.data.keys, DIM, K, "seeded");
     assert_eq!(got.ids[0], exact.ids[0], "the best key was seeded");
     assert!(got.stats.distance_computations <= N as u64);
@@ -780,15 +812,9 @@ fn f16_keys_conform() {
         .collect();
     let exact: Vec<f32> = h.iter().map(|x| x.to_f32()).collect();
     let keys = Arc::new(KeyStore::from_f16(h, DIM).expect("f16 keys"));
-    let flat = FlatIndex::new(keys.clone());
+    let flat: FlatIndex = build_as("flat", &keys, &[]);
     conformance(&flat, &exact, DIM, &f.data.test_queries, "flat(f16)", 1.0);
-    let index = AttentionIndex::build(
-        keys,
-        &f.data.train_queries,
-        &AttentionParams::default(),
-        &CpuKnn,
-    )
-    .expect("f16 build");
+    let index: AttentionIndex = build_as("attention", &keys, &f.data.train_queries);
     conformance(
         &index,
         &exact,
@@ -797,8 +823,7 @@ fn f16_keys_conform() {
         "attention(f16)",
         0.95,
     );
-    let f16_keys = flat.keys().clone();
-    let ivf = IvfIndex::build(&f16_keys, &IvfParams::default()).expect("f16 ivf");
+    let ivf: IvfIndex = build_as("ivf", &keys, &[]);
     let budget = Budget::Nprobe { nlist: ivf.nlist() };
     conformance_with(
         &ivf,
@@ -809,8 +834,7 @@ fn f16_keys_conform() {
         "ivf(f16)",
         MIN_IVF_Q2K,
     );
-    let vamana =
-        VamanaIndex::build(f16_keys, None, &VamanaParams::default(), &CpuKnn).expect("f16 vamana");
+    let vamana: VamanaIndex = build_as("vamana", &keys, &[]);
     conformance(
         &vamana,
         &exact,
@@ -936,7 +960,7 @@ fn hnsw_f16_keys_conform() {
         .collect();
     let exact: Vec<f32> = h.iter().map(|x| x.to_f32()).collect();
     let keys = Arc::new(KeyStore::from_f16(h, DIM).expect("f16 keys"));
-    let index = HnswIndex::build(keys, &HnswParams::default()).expect("f16 build");
+    let index: HnswIndex = build_as("hnsw", &keys, &[]);
     conformance_with(
         &index,
         hnsw_budget(&index),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 /// Checks every structural invariant of a built index over `n` keys.
 fn check_invariants(index: &AttentionIndex, n: usize, params: &AttentionParams, what: &str) {
-    let g = index.graph();
+    let g = index.graph().expect("graph");
     assert_eq!(g.len(), n, "{what}: one node per key");
     assert_eq!(index.len(), n, "{what}: len");
     assert!(
@@ -120,8 +120,8 @@ fn synth_graphs_hold_invariants() {
         assert_eq!(index.build_stats().knn_backend, "cpu", "{what}");
         eprintln!(
             "{what}: edges {}, max degree {}, entries {:?}, linked {}",
-            index.graph().edges(),
-            index.graph().max_degree(),
+            index.edges(),
+            index.graph().expect("graph").max_degree(),
             index.entries(),
             index.build_stats().linked_unreachable
         );
@@ -255,6 +255,7 @@ fn params_strategy() -> impl Strategy<Value = AttentionParams> {
                     build_ef,
                     default_ef: 16,
                     causal,
+                    ..AttentionParams::default()
                 }
             },
         )

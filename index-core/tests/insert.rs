@@ -66,7 +66,7 @@ fn grown_index_matches_a_rebuild() {
     }
     assert_eq!(grown.len(), n);
 
-    let g = grown.graph();
+    let g = grown.graph().expect("graph");
     assert_eq!(g.len(), n);
     assert!(
         g.max_degree() <= 2 * params.max_degree + 1,
@@ -180,7 +180,7 @@ proptest! {
             let guides = &data.train_queries[g0 * 8..(g0 + 2) * 8];
             prop_assert_eq!(index.insert(key, guides, &mut scratch).expect("valid test input") as usize, i);
         }
-        let g = index.graph();
+        let g = index.graph().expect("graph");
         prop_assert!(g.validate().is_ok());
         prop_assert!(g.reachable(index.entries()).iter().all(|&r| r));
         if sequence == 1 {

@@ -82,7 +82,10 @@ fn search_all(index: &dyn AnnIndex, queries: &[f32]) -> Vec<SearchOutput> {
 fn assert_mapped(index: &AnyIndex) {
     assert!(index.key_store().is_mapped(), "keys should be mapped");
     if let Some(a) = index.as_attention() {
-        assert!(a.graph().is_mapped(), "graph should be mapped");
+        assert!(
+            a.graph().expect("graph").is_mapped(),
+            "graph should be mapped"
+        );
     }
 }
 
@@ -118,7 +121,10 @@ fn round_trip_every_kind_gives_identical_results() {
     }
     let loaded = io::load(dir.join("attention-f16.qki"), &LoadOptions::default()).expect("load");
     let a = loaded.as_attention().expect("attention");
-    assert_eq!(a.graph(), f.attention_f16.graph());
+    assert_eq!(
+        a.graph().expect("graph"),
+        f.attention_f16.graph().expect("graph")
+    );
     assert_eq!(a.entries(), f.attention_f16.entries());
     assert_eq!(a.params(), f.attention_f16.params());
     assert!(loaded.as_flat().is_none());

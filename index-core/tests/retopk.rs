@@ -537,15 +537,13 @@ fn caller_seeds_are_kept_and_bad_inputs_are_errors_that_change_nothing() {
     .expect("new");
     let (mut scratch, mut out) = (Scratch::default(), SearchOutput::default());
     let q = &data.test_queries[..dim];
-    let caller = SearchParams {
-        seeds: vec![7, 3],
-        ..SearchParams::default()
-    };
-    rt.step(q, &keys, &flat, &caller, &mut scratch, &mut out)
+    let caller = SearchParams::default();
+    let seeds = [7, 3];
+    rt.step_seeded(q, &keys, &flat, &caller, &seeds, &mut scratch, &mut out)
         .expect("step 1");
     assert_eq!(rt.last_seeds(), &[7, 3]);
     // Step 2 is a refresh: the caller's seeds, then the recalled set.
-    rt.step(q, &keys, &flat, &caller, &mut scratch, &mut out)
+    rt.step_seeded(q, &keys, &flat, &caller, &seeds, &mut scratch, &mut out)
         .expect("step 2");
     assert_eq!(&rt.last_seeds()[..2], &[7, 3]);
     assert_eq!(rt.last_seeds().len(), 2 + 10);

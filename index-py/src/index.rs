@@ -12,8 +12,11 @@ use crate::run::interruptible;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use qkindex::attention::Prune;
-use qkindex::io::{KeysPlacement, Persist};
-use qkindex::{AnnIndex, AttentionParams, Scratch, SearchOutput, SearchParams};
+use qkindex::io::{AnyIndex, KeysPlacement, Persist};
+use qkindex::{
+    AnnIndex, AttentionParams, Cancel, Error, IndexSpec, KeyStore, KnnBackend, Scratch,
+    SearchOutput, SearchParams,
+};
 use qkindex_gpu::{Device, GpuError, Selected};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
@@ -206,6 +209,19 @@ fn log_info(msg: &str) {
     });
 }
 
+/// Builds `spec` (every kind's `build` goes through its [`IndexSpec`]) as the concrete kind `T`.
+pub fn build_spec<T: TryFrom<AnyIndex, Error = Error>>(
+    spec: &IndexSpec,
+    keys: Arc<KeyStore>,
+    train_queries: &[f32],
+    knn: &dyn KnnBackend,
+    cancel: &Cancel,
+) -> qkindex::Result<T> {
+    spec.build_with(keys, train_queries, knn, cancel)?
+        .index
+        .try_into()
+}
+
 /// `json.loads` of a serializable value (build stats, parameters).
 pub fn to_py_json<'py>(
     py: Python<'py>,
@@ -280,17 +296,12 @@ impl AttentionIndex {
         device: &str,
     ) -> PyResult<Self> {
         let knn = knn_backend(device)?;
-        let prune = match prune {
-            "top" => Prune::Top,
-            "occlusion" => Prune::Occlusion,
-            "occlusion-fill" => Prune::OcclusionFill,
-            other => {
-                return Err(value_error(format!(
-                    "prune: expected \"top\", \"occlusion\" or \"occlusion-fill\", got {other:?}"
-                )))
-            }
-        };
-        let params = AttentionParams {
+        let prune: Prune = prune.parse().map_err(|_| {
+            value_error(format!(
+                "prune: expected \"top\", \"occlusion\" or \"occlusion-fill\", got {prune:?}"
+            ))
+        })?;
+        let spec = IndexSpec::Attention(AttentionParams {
             kq: count("kq", kq, 1)?,
             max_degree: count("max_degree", max_degree, 1)?,
             build_ef: count("build_ef", build_ef, 1)?,
@@ -298,7 +309,7 @@ impl AttentionIndex {
             causal,
             prune,
             ..AttentionParams::default()
-        };
+        });
         let store = Arc::new(float_array(keys, "keys")?.key_store("keys", None)?);
         let tq = float_array(train_queries, "train_queries")?;
         let train = tq.rows_f32("train_queries", Shape::Matrix, Some(store.dim()))?;
@@ -309,9 +320,7 @@ impl AttentionIndex {
             )));
         }
         let train: &[f32] = &train.data;
-        let inner = interruptible(py, |cancel| {
-            qkindex::AttentionIndex::build_with(store, train, &params, &*knn, cancel)
-        })?;
+        let inner = interruptible(py, |cancel| build_spec(&spec, store, train, &*knn, cancel))?;
         Ok(AttentionIndex::wrap(inner))
     }
 
@@ -359,7 +368,7 @@ impl AttentionIndex {
             self.inner.len(),
             self.dim,
             self.dtype,
-            self.inner.graph().edges()
+            self.inner.edges()
         )
     }
 }
@@ -396,8 +405,16 @@ impl FlatIndex {
     #[staticmethod]
     #[pyo3(signature = (keys))]
     fn build(keys: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let store = float_array(keys, "keys")?.key_store("keys", None)?;
-        Ok(FlatIndex::wrap(qkindex::FlatIndex::new(Arc::new(store))))
+        let store = Arc::new(float_array(keys, "keys")?.key_store("keys", None)?);
+        let inner = build_spec(
+            &IndexSpec::Flat,
+            store,
+            &[],
+            &qkindex::CpuKnn,
+            &Cancel::new(),
+        )
+        .map_err(to_py)?;
+        Ok(FlatIndex::wrap(inner))
     }
 
     /// Exact top-`k` keys by inner product for each query (`[b, d]` or `[d]`).

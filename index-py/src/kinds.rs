@@ -1,13 +1,13 @@
 //! The baseline index kinds: `HnswIndex`, `IvfIndex`, `VamanaIndex` (DESIGN.md §3). They share
-//! `search_any` (batching, padding, GIL release) with the other kinds; their builds run
-//! interruptibly like `AttentionIndex.build`.
+//! `search_any` (batching, padding, GIL release) with the other kinds; their builds construct an
+//! `IndexSpec` and run it interruptibly like `AttentionIndex.build`.
 
 use crate::arrays::{count, float_array, Shape};
 use crate::errors::value_error;
-use crate::index::{knn_backend, search_any, to_py_json, Pool};
+use crate::index::{build_spec, knn_backend, search_any, to_py_json, Pool};
 use crate::run::interruptible;
 use pyo3::prelude::*;
-use qkindex::{AnnIndex, HnswParams, IvfParams, SearchParams, VamanaParams};
+use qkindex::{AnnIndex, CpuKnn, HnswParams, IndexSpec, IvfParams, SearchParams, VamanaParams};
 use std::sync::Arc;
 
 /// HNSW over the keys: on the MIPS→L2 reduction (default) or plain inner product.
@@ -41,17 +41,15 @@ impl HnswIndex {
         l2_reduction: bool,
         seed: u64,
     ) -> PyResult<Self> {
-        let params = HnswParams {
+        let spec = IndexSpec::Hnsw(HnswParams {
             m: count("m", m, 2)?,
             ef_construction: count("ef_construction", ef_construction, 1)?,
             l2_reduction,
             seed,
             ..HnswParams::default()
-        };
+        });
         let store = Arc::new(float_array(keys, "keys")?.key_store("keys", None)?);
-        let inner = interruptible(py, |cancel| {
-            qkindex::HnswIndex::build_with(store, &params, cancel)
-        })?;
+        let inner = interruptible(py, |cancel| build_spec(&spec, store, &[], &CpuKnn, cancel))?;
         Ok(HnswIndex {
             inner: Arc::new(inner),
             pool: Pool::default(),
@@ -141,17 +139,14 @@ impl IvfIndex {
         iters: i64,
         seed: u64,
     ) -> PyResult<Self> {
-        let params = IvfParams {
+        let spec = IndexSpec::Ivf(IvfParams {
             nlist: nlist.map(|n| count("nlist", n, 1)).transpose()?,
             iters: count("iters", iters, 0)?,
             seed,
             ..IvfParams::default()
-        };
-        let store = float_array(keys, "keys")?.key_store("keys", None)?;
-        let store = &store;
-        let inner = interruptible(py, |cancel| {
-            qkindex::IvfIndex::build_with(store, &params, cancel)
-        })?;
+        });
+        let store = Arc::new(float_array(keys, "keys")?.key_store("keys", None)?);
+        let inner = interruptible(py, |cancel| build_spec(&spec, store, &[], &CpuKnn, cancel))?;
         Ok(IvfIndex {
             inner: Arc::new(inner),
             pool: Pool::default(),
@@ -246,14 +241,14 @@ impl VamanaIndex {
         device: &str,
     ) -> PyResult<Self> {
         let knn = knn_backend(device)?;
-        let params = VamanaParams {
+        let spec = IndexSpec::Vamana(VamanaParams {
             r: count("r", r, 1)?,
             l: count("l", l, 1)?,
             alpha,
             robust,
             seed,
             ..VamanaParams::default()
-        };
+        });
         let store = Arc::new(float_array(keys, "keys")?.key_store("keys", None)?);
         let tq = train_queries
             .map(|t| float_array(t, "train_queries"))
@@ -267,10 +262,8 @@ impl VamanaIndex {
                 "train_queries: robust=True needs training queries [m, d]",
             ));
         }
-        let train: Option<&[f32]> = train.as_ref().map(|t| &*t.data);
-        let inner = interruptible(py, |cancel| {
-            qkindex::VamanaIndex::build_with(store, train, &params, &*knn, cancel)
-        })?;
+        let train: &[f32] = train.as_ref().map_or(&[], |t| &*t.data);
+        let inner = interruptible(py, |cancel| build_spec(&spec, store, train, &*knn, cancel))?;
         Ok(VamanaIndex {
             inner: Arc::new(inner),
             pool: Pool::default(),

@@ -1,62 +1,28 @@
 //! `qkindex build`: builds indexes from a dump and writes them as a bundle (DESIGN.md §4,
 //! docs/FORMAT.md): one key file per (layer, KV head), one index file per (layer, query head).
 //!
-//! Training queries are chosen as `qkindex bench` chooses them (the prefill queries of the
-//! head's GQA group, pooled, unless `--no-pool`). With pooling every query head of a group gets
-//! the same graph, so it is built once per KV head and written once per query head.
-//!
-//! The baseline kinds (hnsw, hnsw-ip, ivf, ivf-ip, vamana, robust-vamana) are built by the
-//! bench's own builder ([`super::bench::kinds::build_baseline`]) with the bench's flags and
-//! defaults. Except for robust-vamana (which reads training queries) they depend on the keys
-//! only, so they too are built once per KV head. IVF files hold their own list-ordered copy of
-//! the keys (docs/FORMAT.md), the graph kinds reference the bundle's key file.
+//! `--kind` is an index spec (`attention`, `hnsw-ip:m=32`, `ivf:nlist=361`, ...), built as
+//! `qkindex bench --kinds` builds it, from training queries chosen as the bench chooses them
+//! (the prefill queries of the head's GQA group, pooled, unless `--no-pool`). A kind that
+//! does not read queries, or one trained on a pooled group, gives every query head of a group
+//! the same index, so it is built once per KV head and written once per query head. IVF files
+//! hold their own list-ordered copy of the keys (docs/FORMAT.md), the graph kinds reference the
+//! bundle's key file.
 
-use super::bench::kinds::{build_baseline, BaselineArgs, HeadInput};
-use super::bench::training_queries;
+use crate::training::training_queries;
 use anyhow::{bail, Context, Result};
-use clap::{Args, ValueEnum};
+use clap::Args;
 use half::f16;
 use qkindex::dump::{Dump, Part};
 use qkindex::io::bundle::BundleWriter;
 use qkindex::io::{AnyIndex, Persist};
-use qkindex::{AttentionIndex, AttentionParams, FlatIndex, KeyStore};
+use qkindex::{IndexSpec, KeyStore};
 use qkindex_driver::devices::Devices;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// Index kinds `qkindex build` writes (the names of `qkindex bench --kinds`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum BuildKind {
-    Attention,
-    Flat,
-    /// HNSW on the MIPS→L2 reduction.
-    Hnsw,
-    /// Inner-product HNSW.
-    HnswIp,
-    /// IVF-Flat, spherical centroids.
-    Ivf,
-    /// IVF-Flat, inner-product centroids.
-    IvfIp,
-    Vamana,
-    RobustVamana,
-}
-
-impl BuildKind {
-    /// The kind's name on the command line.
-    fn name(self) -> String {
-        self.to_possible_value()
-            .map(|v| v.get_name().to_string())
-            .unwrap_or_default()
-    }
-
-    /// True when the index depends on the training queries.
-    fn uses_queries(self) -> bool {
-        matches!(self, BuildKind::Attention | BuildKind::RobustVamana)
-    }
-}
 
 #[derive(Debug, Args)]
 pub struct BuildArgs {
@@ -69,9 +35,11 @@ pub struct BuildArgs {
     /// Query heads (default: all).
     #[arg(long, value_delimiter = ',')]
     pub heads: Vec<usize>,
-    /// Index kind.
-    #[arg(long, value_enum, default_value_t = BuildKind::Attention)]
-    pub kind: BuildKind,
+    /// Index spec: a kind and its build parameters, as `qkindex bench --kinds` names them
+    /// (`attention`, `attention:kq=200,degree=48`, `flat`, `hnsw`, `hnsw-ip`, `ivf`, `ivf-ip`,
+    /// `vamana`, `robust-vamana`, ...).
+    #[arg(long, default_value = "attention")]
+    pub kind: IndexSpec,
     /// Bundle directory to write (created if missing).
     #[arg(long)]
     pub out: PathBuf,
@@ -81,18 +49,6 @@ pub struct BuildArgs {
     /// Use at most this many training queries per index (evenly strided; 0 = all).
     #[arg(long, default_value_t = 0)]
     pub max_train: usize,
-    /// AttentionIndex: training-query top-kq.
-    #[arg(long, default_value_t = 100)]
-    pub kq: usize,
-    /// AttentionIndex: out-degree bound.
-    #[arg(long, default_value_t = 32)]
-    pub max_degree: usize,
-    /// Seed of the baseline builds (IVF k-means, Vamana), as `qkindex bench --seed`.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Build parameters of the baseline kinds (as in `qkindex bench`).
-    #[command(flatten)]
-    pub baseline: BaselineArgs,
 }
 
 pub fn run(args: BuildArgs, devices: &Devices) -> Result<()> {
@@ -115,12 +71,7 @@ pub fn run(args: BuildArgs, devices: &Devices) -> Result<()> {
             m.n_q_heads
         );
     }
-    let params = AttentionParams {
-        kq: args.kq,
-        max_degree: args.max_degree,
-        ..AttentionParams::default()
-    };
-    params.validate()?;
+    let spec = &args.kind;
     let (d, group) = (m.head_dim, m.n_q_heads / m.n_kv_heads);
     let pool = !args.no_pool;
     let started = Instant::now();
@@ -146,41 +97,16 @@ pub fn run(args: BuildArgs, devices: &Devices) -> Result<()> {
             };
             let (keys, key_ref) = (&*keys, &*key_ref);
             let t = Instant::now();
-            let per_kv = pool || !args.kind.uses_queries();
+            let per_kv = pool || !spec.needs_queries();
             let index = match shared.get(&kv) {
                 Some(index) if per_kv => index.clone(),
                 _ => {
-                    let train = if args.kind.uses_queries() {
+                    let train = if spec.needs_queries() {
                         training_queries(&q_all, h, kv, group, pool, args.max_train)
                     } else {
                         Vec::new()
                     };
-                    match args.kind {
-                        BuildKind::Flat => AnyIndex::Flat(FlatIndex::new(keys.clone())),
-                        BuildKind::Attention => AnyIndex::Attention(AttentionIndex::build(
-                            keys.clone(),
-                            &train,
-                            &params,
-                            devices.knn(),
-                        )?),
-                        baseline => {
-                            let input = HeadInput {
-                                keys,
-                                keys_f32: k_all.head(kv),
-                                train: &train,
-                                layer,
-                                head: h,
-                            };
-                            build_baseline(
-                                &baseline.name(),
-                                &input,
-                                &args.baseline,
-                                args.seed,
-                                devices.knn(),
-                            )?
-                            .index
-                        }
-                    }
+                    spec.build(keys.clone(), &train, devices.knn())?
                 }
             };
             bundle.write_index(layer, h, kv, index.as_persist() as &dyn Persist, key_ref)?;
@@ -188,9 +114,8 @@ pub fn run(args: BuildArgs, devices: &Devices) -> Result<()> {
                 shared.insert(kv, index);
             }
             eprintln!(
-                "layer {layer} head {h} (kv {kv}): {} keys, {} index written in {:.2}s",
+                "layer {layer} head {h} (kv {kv}): {} keys, {spec} index written in {:.2}s",
                 keys.len(),
-                args.kind.name(),
                 t.elapsed().as_secs_f64()
             );
         }
@@ -198,12 +123,9 @@ pub fn run(args: BuildArgs, devices: &Devices) -> Result<()> {
     let meta = serde_json::json!({
         "dump": args.dump.display().to_string(),
         "model": m.model,
-        "kind": args.kind.name(),
+        "kind": spec,
         "pooled_training_queries": pool,
         "max_train": args.max_train,
-        "attention_params": params,
-        "baseline_params": args.baseline,
-        "seed": args.seed,
     });
     let dir = bundle.finish(meta)?;
     eprintln!(

@@ -77,7 +77,7 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
         "   {bar:30} {pos}/{len} indexes [{elapsed}<{eta}]",
     )?);
     println!(
-        "== build: one {:?} index per layer and KV head over the keys outside the static set \
+        "== build: one {} index per layer and KV head over the keys outside the static set \
          (sink {}, window {}), from the prefill queries",
         index_cfg.index, index_cfg.sink, index_cfg.window
     );

@@ -1,9 +1,8 @@
 //! Attention-policy arguments shared by `eval`, `passkey` and `demo`.
 
 use clap::Args;
-use qkindex::attention::Prune;
-use qkindex::ReTopKParams;
-use qkindex_driver::retrieval::{PolicyConfig, PolicyKind, RestKind};
+use qkindex::{Dtype, IndexSpec, ReTopKParams};
+use qkindex_driver::retrieval::{PolicyConfig, PolicyKind};
 
 #[derive(Debug, Args)]
 pub struct PolicyArgs {
@@ -28,10 +27,12 @@ pub struct PolicyArgs {
     /// Recent window: the last positions, always attended.
     #[arg(long, default_value_t = 512)]
     pub window: usize,
-    /// Index kind of `index-topk` (attention and flat insert keys that leave the window; the
-    /// others keep their prefill index and scan later keys exactly).
-    #[arg(long, value_enum, default_value_t = RestKind::Attention)]
-    pub index: RestKind,
+    /// The index of `index-topk`, as an index spec: a kind and its build parameters
+    /// (`attention`, `attention:prune=top`, `flat`, `hnsw`, `ivf:nlist=256`, `robust-vamana`,
+    /// ...). Attention and flat insert keys that leave the window; the others keep their
+    /// prefill index and scan later keys exactly.
+    #[arg(long, default_value = "attention")]
+    pub index: IndexSpec,
     /// Graph search list size [default: the index default, at least k].
     #[arg(long)]
     pub ef: Option<usize>,
@@ -63,9 +64,9 @@ pub struct PolicyArgs {
     /// Layers that attend to every key under every policy (none by default).
     #[arg(long, value_delimiter = ',')]
     pub dense_layers: Vec<usize>,
-    /// Element type of the index's copy of the keys (exact-topk always scans f32).
-    #[arg(long, value_enum, default_value_t = StoreType::F16)]
-    pub store: StoreType,
+    /// Element type of the index's copy of the keys, f16 or f32 (exact-topk always scans f32).
+    #[arg(long, default_value_t = Dtype::F16)]
+    pub store: Dtype,
     /// Left-out keys sampled per step and query head to estimate the softmax share of the keys
     /// top-k retrieval drops (0: plain top-k attention).
     #[arg(long, default_value_t = 0)]
@@ -77,9 +78,6 @@ pub struct PolicyArgs {
     /// Skip the per-step scoring of every key (no mass and recall figures).
     #[arg(long)]
     pub no_measure: bool,
-    /// Edge pruning of the AttentionIndex that `index-topk` builds.
-    #[arg(long, value_enum, default_value_t = PruneArg::OcclusionFill)]
-    pub prune: PruneArg,
 }
 
 impl PolicyArgs {
@@ -104,7 +102,7 @@ impl PolicyArgs {
             sink: self.sink,
             window: self.window,
             k: self.k,
-            index: self.index,
+            index: self.index.clone(),
             ef: self.ef,
             nprobe: self.nprobe,
             measure: !self.no_measure,
@@ -119,66 +117,9 @@ impl PolicyArgs {
             },
             retopk_index: self.retopk_index,
             dense_layers: self.dense_layers.clone(),
-            store: match self.store {
-                StoreType::F16 => qkindex::Dtype::F16,
-                StoreType::F32 => qkindex::Dtype::F32,
-            },
+            store: self.store,
             tail_samples: self.tail_samples,
             step_seeds: self.step_seeds,
-            prune: self.prune.into(),
         }
-    }
-}
-
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum StoreType {
-    F16,
-    F32,
-}
-
-/// [`Prune`] on the command line.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum PruneArg {
-    /// The best-ranked candidates (the library default).
-    Top,
-    /// Inner-product occlusion only.
-    Occlusion,
-    /// Occlusion, then the free slots filled with the best-ranked dropped candidates.
-    OcclusionFill,
-}
-
-impl From<PruneArg> for Prune {
-    fn from(p: PruneArg) -> Prune {
-        match p {
-            PruneArg::Top => Prune::Top,
-            PruneArg::Occlusion => Prune::Occlusion,
-            PruneArg::OcclusionFill => Prune::OcclusionFill,
-        }
-    }
-}
-
-/// The name on the command line (`top`, `occlusion`, `occlusion-fill`), as build-cache keys
-/// spell it.
-impl std::fmt::Display for PruneArg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use clap::ValueEnum;
-        match self.to_possible_value() {
-            Some(v) => f.write_str(v.get_name()),
-            None => write!(f, "{self:?}"),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn prune_names_are_the_command_line_names() {
-        // Build-cache keys embed these names: `top` must stay `top`.
-        assert_eq!(PruneArg::Top.to_string(), "top");
-        assert_eq!(PruneArg::Occlusion.to_string(), "occlusion");
-        assert_eq!(PruneArg::OcclusionFill.to_string(), "occlusion-fill");
-        assert_eq!(Prune::from(PruneArg::OcclusionFill), Prune::OcclusionFill);
     }
 }

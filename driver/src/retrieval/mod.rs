@@ -51,7 +51,7 @@ pub mod tail;
 pub use ids::{Pos, RestId, Split};
 pub use policy::{PolicyConfig, PolicyKind};
 pub use probes::{SeededProbe, SelectEvent, StepObserver, WIDER_EF};
-pub use rest::{RestIndex, RestKind};
+pub use rest::RestIndex;
 pub use selector::{HeadPrefill, Selection, Selector};
 pub use stats::{ReTopKCounts, RetrievalStats, WiderRun};
 pub use step::{cache_keys, Retrieval, Shape};

@@ -4,7 +4,6 @@
 use qkindex::{ReTopKParams, SearchParams};
 
 use super::ids::Split;
-use super::rest::RestKind;
 
 /// How decode steps choose the keys they attend to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -50,8 +49,8 @@ pub struct PolicyConfig {
     pub window: usize,
     /// Keys retrieved from the rest per query head.
     pub k: usize,
-    /// Index kind of `index-topk`.
-    pub index: RestKind,
+    /// The index of `index-topk` (and of ReTopK's exact path with `retopk_index`).
+    pub index: qkindex::IndexSpec,
     /// Graph search list size (`None`: the index default, raised to `k`).
     pub ef: Option<usize>,
     /// IVF lists probed (`None`: the index default).
@@ -73,14 +72,10 @@ pub struct PolicyConfig {
     /// Graph searches also start from this many of the keys the same query head retrieved at
     /// the previous step (consecutive decode queries are alike; 0: none).
     pub step_seeds: usize,
-    /// How the AttentionIndex of `index-topk` prunes its edges (decode queries at a question
-    /// leave the prefill's distribution: occlusion-fill keeps the routes into isolated spans
-    /// that plain top pruning drops; docs/DECODING.md §5b).
-    pub prune: qkindex::attention::Prune,
 }
 
 fn dtype_name<S: serde::Serializer>(d: &qkindex::Dtype, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&d.to_string())
+    s.serialize_str(d.numpy_name())
 }
 
 impl PolicyConfig {
@@ -91,7 +86,7 @@ impl PolicyConfig {
             sink: 128,
             window: 512,
             k: 100,
-            index: RestKind::Attention,
+            index: qkindex::IndexSpec::Attention(qkindex::AttentionParams::default()),
             ef: None,
             nprobe: None,
             measure: true,
@@ -101,7 +96,6 @@ impl PolicyConfig {
             store: qkindex::Dtype::F16,
             tail_samples: 0,
             step_seeds: 0,
-            prune: qkindex::attention::Prune::OcclusionFill,
         }
     }
 

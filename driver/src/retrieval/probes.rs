@@ -81,11 +81,13 @@ impl StepObserver for SeededProbe {
         event: &SelectEvent<'_>,
         stats: &mut RetrievalStats,
     ) -> Result<(), ModelError> {
-        let Some(index) = event.selector.index() else {
+        // Seeded searches happen on the kinds that serve rest ids as they are (attention).
+        let Some(index) = event.selector.index().and_then(|r| r.as_ann()) else {
             return Ok(());
         };
         let (cfg, split) = (event.cfg, event.split);
         let (params, kk) = (cfg.search_params(), cfg.k);
+        let k_search = kk.min(index.len());
         let base_ef = params.ef.unwrap_or(kk.max(128));
         // This KV head's sums, added to the totals once (as the step folds its counters).
         let mut c = ReTopKCounts::default();
@@ -97,7 +99,7 @@ impl StepObserver for SeededProbe {
             c.seeded_distance_computations += seeded.distance_computations;
             c.seeded_hops += seeded.hops;
             let qh = event.query(j);
-            index.search(qh, kk, &params, &mut self.scratch, &mut self.out)?;
+            index.search_into(qh, k_search, &params, &mut self.scratch, &mut self.out)?;
             c.unseeded_distance_computations += self.out.stats.distance_computations;
             c.unseeded_hops += self.out.stats.hops;
             let mut found = vec![self.found(split)];
@@ -106,9 +108,9 @@ impl StepObserver for SeededProbe {
                 let ef = (base_ef as f64 * f).round() as usize;
                 let wide = SearchParams {
                     ef: Some(ef),
-                    ..params.clone()
+                    ..params
                 };
-                index.search(qh, kk, &wide, &mut self.scratch, &mut self.out)?;
+                index.search_into(qh, k_search, &wide, &mut self.scratch, &mut self.out)?;
                 w.ef = ef;
                 w.distance_computations += self.out.stats.distance_computations;
                 w.hops += self.out.stats.hops;

@@ -1,40 +1,22 @@
 //! The searchable "rest" of one KV head: keys that are neither attention sinks nor in the recent
-//! window, under an index of any kind. Ids are `position − sink`.
+//! window, under an index of any kind ([`IndexSpec`]). Ids are `position − sink`.
 //!
-//! Kinds that link new keys in place (`attention`: query-aware insertion; `flat`: an append) take
-//! the keys that leave the window directly. The others (`hnsw`, `ivf`, `vamana`,
-//! `robust-vamana`) are not rebuilt during decoding: their keys from the prefill stay under the
-//! index and later keys go to an exact tail scan whose results are merged (so a long decode
-//! drifts towards the exact scan's cost, never away from its answers).
+//! Kinds that link new keys in place ([`IndexSpec::inserts`]: `attention`, query-aware
+//! insertion; `flat`, an append) take the keys that leave the window directly. The others
+//! (`hnsw`, `ivf`, `vamana`, `robust-vamana`, ...) are not rebuilt during decoding: their keys
+//! from the prefill stay under the index and later keys go to an exact tail scan whose results
+//! are merged (so a long decode drifts towards the exact scan's cost, never away from its
+//! answers).
 
 use std::sync::Arc;
 
 use half::f16;
 
+use qkindex::io::AnyIndex;
 use qkindex::{
-    AnnIndex, AttentionIndex, AttentionParams, Dtype, FlatIndex, HnswIndex, HnswParams, IvfIndex,
-    IvfParams, KeyStore, KnnBackend, Scratch, SearchOutput, SearchParams, VamanaIndex,
-    VamanaParams,
+    AnnIndex, AttentionIndex, Dtype, FlatIndex, IndexSpec, KeyStore, KnnBackend, Scratch,
+    SearchOutput, SearchParams,
 };
-
-/// Index kinds that a retrieval policy can search.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RestKind {
-    Attention,
-    Flat,
-    Hnsw,
-    Ivf,
-    Vamana,
-    RobustVamana,
-}
-
-impl RestKind {
-    /// True for kinds that take new keys in place.
-    pub fn inserts(self) -> bool {
-        matches!(self, RestKind::Attention | RestKind::Flat)
-    }
-}
 
 /// One KV head's rest index (one per layer and KV head: the size difference of the variants
 /// does not matter).
@@ -42,24 +24,26 @@ impl RestKind {
 pub enum RestIndex {
     Attention(AttentionIndex),
     Flat(FlatIndex),
-    /// A kind without insertion: the prefill's keys under `index`, later keys in `tail`.
+    /// A kind without insertion: the prefill's keys under `index`, later keys in `tail`, and
+    /// the two searches' results before they are merged (kept, so that a search allocates
+    /// nothing once they have grown).
     Frozen {
-        index: Box<dyn AnnIndex>,
+        index: AnyIndex,
         tail: FlatIndex,
+        found: SearchOutput,
+        tail_found: SearchOutput,
     },
 }
 
 impl RestIndex {
-    /// Builds an index of `kind` over `keys` (`n × dim` row-major), with `train_queries` for the
-    /// kinds that learn from queries (`attention`: the AttentionIndex's build parameters), their
-    /// exact kNN on `knn`.
+    /// Builds the index `spec` names over `keys` (`n × dim` row-major, stored as `dtype`), with
+    /// `train_queries` for the kinds that learn from queries and `knn` for their exact top-k.
     pub fn build(
-        kind: RestKind,
+        spec: &IndexSpec,
         keys: Vec<f32>,
         dim: usize,
         train_queries: &[f32],
         dtype: Dtype,
-        attention: &AttentionParams,
         knn: &dyn KnnBackend,
     ) -> qkindex::Result<Self> {
         let store = Arc::new(match dtype {
@@ -68,33 +52,16 @@ impl RestIndex {
                 KeyStore::from_f16(keys.iter().map(|&x| f16::from_f32(x)).collect(), dim)?
             }
         });
-        let frozen = |index: Box<dyn AnnIndex>| -> qkindex::Result<RestIndex> {
-            let empty = KeyStore::empty(dtype, dim)?;
-            Ok(RestIndex::Frozen {
+        Ok(match spec.build(store, train_queries, knn)? {
+            AnyIndex::Attention(a) => RestIndex::Attention(a),
+            AnyIndex::Flat(f) => RestIndex::Flat(f),
+            index => RestIndex::Frozen {
                 index,
-                tail: FlatIndex::new(Arc::new(empty)),
-            })
-        };
-        match kind {
-            RestKind::Attention => Ok(RestIndex::Attention(AttentionIndex::build(
-                store,
-                train_queries,
-                attention,
-                knn,
-            )?)),
-            RestKind::Flat => Ok(RestIndex::Flat(FlatIndex::new(store))),
-            RestKind::Hnsw => frozen(Box::new(HnswIndex::build(store, &HnswParams::default())?)),
-            RestKind::Ivf => frozen(Box::new(IvfIndex::build(&store, &IvfParams::default())?)),
-            RestKind::Vamana | RestKind::RobustVamana => {
-                let robust = kind == RestKind::RobustVamana;
-                let params = VamanaParams {
-                    robust,
-                    ..VamanaParams::default()
-                };
-                let train = robust.then_some(train_queries);
-                frozen(Box::new(VamanaIndex::build(store, train, &params, knn)?))
-            }
-        }
+                tail: FlatIndex::new(Arc::new(KeyStore::empty(dtype, dim)?)),
+                found: SearchOutput::default(),
+                tail_found: SearchOutput::default(),
+            },
+        })
     }
 
     /// Number of keys.
@@ -102,7 +69,7 @@ impl RestIndex {
         match self {
             RestIndex::Attention(a) => a.len(),
             RestIndex::Flat(f) => f.len(),
-            RestIndex::Frozen { index, tail } => index.len() + tail.len(),
+            RestIndex::Frozen { index, tail, .. } => index.len() + tail.len(),
         }
     }
 
@@ -124,12 +91,27 @@ impl RestIndex {
         }
     }
 
-    /// The `k` best keys for `query` (fewer when the index holds fewer), best first.
+    /// The `k` best keys for `query` (fewer when the index holds fewer), best first. Allocates
+    /// nothing once `scratch`, `out` and the index's own buffers have grown.
     pub fn search(
-        &self,
+        &mut self,
         query: &[f32],
         k: usize,
         params: &SearchParams,
+        scratch: &mut Scratch,
+        out: &mut SearchOutput,
+    ) -> qkindex::Result<()> {
+        self.search_seeded(query, k, params, &[], scratch, out)
+    }
+
+    /// [`RestIndex::search`] that also starts graph searches from `seeds` (rest ids; see
+    /// [`AnnIndex::search_seeded`]).
+    pub fn search_seeded(
+        &mut self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        seeds: &[u32],
         scratch: &mut Scratch,
         out: &mut SearchOutput,
     ) -> qkindex::Result<()> {
@@ -139,32 +121,21 @@ impl RestIndex {
             return Ok(());
         }
         match self {
-            RestIndex::Attention(a) => a.search_into(query, k, params, scratch, out),
-            RestIndex::Flat(f) => f.search_into(query, k, params, scratch, out),
-            RestIndex::Frozen { index, tail } => {
+            RestIndex::Attention(a) => a.search_seeded(query, k, params, seeds, scratch, out),
+            RestIndex::Flat(f) => f.search_seeded(query, k, params, seeds, scratch, out),
+            RestIndex::Frozen {
+                index,
+                tail,
+                found,
+                tail_found,
+            } => {
                 let base = index.len();
-                index.search_into(query, k.min(base), params, scratch, out)?;
                 if tail.is_empty() {
-                    return Ok(());
+                    return index.search_seeded(query, k.min(base), params, seeds, scratch, out);
                 }
-                let t = tail.search(query, k.min(tail.len()), params, scratch)?;
-                let mut merged: Vec<(f32, u32)> = out
-                    .scores
-                    .iter()
-                    .copied()
-                    .zip(out.ids.iter().copied())
-                    .chain(
-                        t.scores
-                            .iter()
-                            .copied()
-                            .zip(t.ids.iter().map(|&i| i + base as u32)),
-                    )
-                    .collect();
-                merged.sort_by(|a, b| b.0.total_cmp(&a.0));
-                merged.truncate(k);
-                out.ids = merged.iter().map(|m| m.1).collect();
-                out.scores = merged.iter().map(|m| m.0).collect();
-                out.stats += t.stats;
+                index.search_seeded(query, k.min(base), params, seeds, scratch, found)?;
+                tail.search_into(query, k.min(tail.len()), params, scratch, tail_found)?;
+                merge(found, tail_found, base as u32, k, out);
                 Ok(())
             }
         }
@@ -195,7 +166,7 @@ impl std::fmt::Debug for RestIndex {
         let kind = match self {
             RestIndex::Attention(_) => "attention".to_string(),
             RestIndex::Flat(_) => "flat".to_string(),
-            RestIndex::Frozen { index, tail } => {
+            RestIndex::Frozen { index, tail, .. } => {
                 format!("{} + tail of {}", index.kind().name(), tail.len())
             }
         };
@@ -203,5 +174,72 @@ impl std::fmt::Debug for RestIndex {
             .field("kind", &kind)
             .field("len", &self.len())
             .finish()
+    }
+}
+
+/// The best `k` of two result lists (each best first) into `out`, the ids of `tail` shifted by
+/// `base`: on equal scores the first list's items come first, as a stable sort of both would
+/// order them.
+fn merge(first: &SearchOutput, tail: &SearchOutput, base: u32, k: usize, out: &mut SearchOutput) {
+    out.clear();
+    let (mut i, mut j) = (0, 0);
+    while out.ids.len() < k {
+        let take_first = match (first.scores.get(i), tail.scores.get(j)) {
+            (Some(a), Some(b)) => a.total_cmp(b).is_ge(),
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        if take_first {
+            out.ids.push(first.ids[i]);
+            out.scores.push(first.scores[i]);
+            i += 1;
+        } else {
+            out.ids.push(tail.ids[j] + base);
+            out.scores.push(tail.scores[j]);
+            j += 1;
+        }
+    }
+    out.stats = first.stats;
+    out.stats += tail.stats;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output(ids: &[u32], scores: &[f32], dc: u64) -> SearchOutput {
+        SearchOutput {
+            ids: ids.to_vec(),
+            scores: scores.to_vec(),
+            stats: qkindex::SearchStats {
+                distance_computations: dc,
+                hops: 1,
+            },
+        }
+    }
+
+    #[test]
+    fn merge_keeps_the_order_of_a_stable_sort() {
+        let first = output(&[4, 1, 7], &[3.0, 2.0, 2.0], 10);
+        let tail = output(&[0, 2], &[2.0, 1.0], 5);
+        let mut out = SearchOutput::default();
+        for k in 0..=6 {
+            merge(&first, &tail, 100, k, &mut out);
+            // What the frozen kinds did before: both lists concatenated, sorted (stable) by
+            // descending score, truncated to k.
+            let mut all: Vec<(f32, u32)> =
+                [(3.0, 4), (2.0, 1), (2.0, 7), (2.0, 100), (1.0, 102)].to_vec();
+            all.sort_by(|a, b| b.0.total_cmp(&a.0));
+            all.truncate(k);
+            assert_eq!(
+                out.ids,
+                all.iter().map(|x| x.1).collect::<Vec<_>>(),
+                "k = {k}"
+            );
+            assert_eq!(out.scores, all.iter().map(|x| x.0).collect::<Vec<_>>());
+            assert_eq!(out.stats.distance_computations, 15);
+            assert_eq!(out.stats.hops, 2);
+        }
     }
 }

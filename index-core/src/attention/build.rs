@@ -1,16 +1,20 @@
 //! Construction of the query-aware graph.
 //!
-//! 1. Bipartite kNN: each training query's exact top-`kq` keys ([`KnnBackend`]).
+//! 1. Bipartite kNN: each training query's exact top-`kq` keys ([`KnnBackend`]); the keys
+//!    themselves are the queries with [`TrainOn::Keys`].
 //! 2. Projection: per key, candidate neighbours from the lists it appears in ([`Projection`]).
-//! 3. Pruning to `max_degree` ([`Prune`]), then reverse edges where a key has room.
-//! 4. Connectivity: every key not reachable from the entry points is searched for (with its own
-//!    vector as the query) and linked from the best reachable key with room, so no key is lost.
+//! 3. Pruning to `max_degree` ([`crate::graph::prune()`]), then reverse edges where a key has
+//!    room.
+//! 4. Connectivity ([`crate::graph::repair`]): every key not reachable from the entry points is
+//!    searched for (with its own vector as the query) and linked from the best reachable key
+//!    with room, so no key is lost.
 
-use super::params::{AttentionParams, EntryRule, Projection, Prune};
+use super::params::{AttentionParams, EntryRule, Projection, TrainOn};
 use super::AttentionIndex;
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
-use crate::graph::{beam_search, Csr};
+use crate::graph::repair::{self, Repair, WhenFull};
+use crate::graph::{beam_search, prune, BeamSettings, Csr};
 use crate::knn::{KnnBackend, KnnOptions, KnnResult};
 use crate::metric::kernels;
 use crate::scratch::Scratch;
@@ -50,8 +54,9 @@ pub(super) fn build(
         return Err(Error::Empty { what: "keys" });
     }
     let kq = params.kq.min(n);
+    let key_queries = (params.train_on == TrainOn::Keys).then(|| keys.to_f32());
     let lists = knn.topk(
-        train_queries,
+        key_queries.as_deref().unwrap_or(train_queries),
         &keys,
         kq,
         &KnnOptions {
@@ -64,7 +69,7 @@ pub(super) fn build(
 
     let t = Instant::now();
     let occurrences = Occurrences::new(&lists, n);
-    let keys32 = keys.to_f32();
+    let keys32 = key_queries.unwrap_or_else(|| keys.to_f32());
     let dim = keys.dim();
     let mut adj: Vec<Vec<u32>> = (0..n as u32)
         .into_par_iter()
@@ -96,8 +101,7 @@ pub(super) fn build(
     let linked = connect(&mut adj, &entries, &keys, params, cancel)?;
     let connectivity_s = t.elapsed().as_secs_f64();
 
-    let graph = Csr::from_lists(&adj)
-        .ok_or_else(|| Error::invalid_param("n", n, "too many edges for u32 offsets"))?;
+    let graph = Csr::from_lists(&adj)?;
     let stats = BuildStats {
         train_queries: lists.rows(),
         kq,
@@ -222,41 +226,23 @@ fn candidates(
     out
 }
 
-/// Cuts candidates down to `max_degree` out-edges.
-fn select(
+/// Cuts candidates (weighted, best first) down to `max_degree` out-edges by the params' rule,
+/// with `v`'s own row as the pivot.
+pub(super) fn select(
     v: u32,
     cands: Vec<(f32, u32)>,
     params: &AttentionParams,
     keys: &[f32],
     dim: usize,
 ) -> Vec<u32> {
-    let m = params.max_degree;
-    match params.prune {
-        Prune::Top => cands.into_iter().take(m).map(|c| c.1).collect(),
-        Prune::Occlusion | Prune::OcclusionFill => {
-            let dot = kernels().dot_f32;
-            let row = |i: u32| &keys[i as usize * dim..(i as usize + 1) * dim];
-            let kv = row(v);
-            let mut kept: Vec<u32> = Vec::with_capacity(m);
-            let mut dropped: Vec<u32> = Vec::new();
-            for (_, c) in cands {
-                if kept.len() >= m {
-                    break;
-                }
-                let vc = dot(kv, row(c));
-                if kept.iter().all(|&s| dot(row(s), row(c)) <= vc) {
-                    kept.push(c);
-                } else {
-                    dropped.push(c);
-                }
-            }
-            if params.prune == Prune::OcclusionFill {
-                let room = m - kept.len();
-                kept.extend(dropped.into_iter().take(room));
-            }
-            kept
-        }
-    }
+    let row = |i: u32| &keys[i as usize * dim..(i as usize + 1) * dim];
+    prune(
+        params.prune,
+        row(v),
+        cands.into_iter().map(|c| c.1),
+        params.max_degree,
+        row,
+    )
 }
 
 /// The keys within `s` positions of `v` (nearest first), at most `max` of them.
@@ -352,12 +338,13 @@ fn choose_entries(
     }
 }
 
-/// Links every key that the entry points cannot reach; returns how many were linked.
+/// Links every key that the entry points cannot reach ([`repair::connect`]); returns how many
+/// were linked.
 ///
 /// A key `u` that is not reachable is searched for with its own vector as the query; the best
-/// reachable result with a free slot gets the edge `r → u`, and `u` gets edges to the results
-/// if it has none. When every reachable result is full, an edge `r → x` is redirected to `u`
-/// only where `x` keeps another in-edge; should a key still be cut off, the pass repeats.
+/// reachable result with a free slot (else any reachable key with one) gets the edge `r → u`,
+/// and `u` gets edges to the results if it has none. When every reachable key is full, `u` is
+/// spliced into the list of the best reachable result ([`WhenFull::Splice`]).
 fn connect(
     adj: &mut [Vec<u32>],
     entries: &[u32],
@@ -371,150 +358,29 @@ fn connect(
     let mut scratch = Scratch::new(n);
     let mut out = SearchOutput::default();
     let mut query = vec![0.0f32; keys.dim()];
-    let mut stack = Vec::new();
-    let mut indeg = vec![0u32; n];
-    for list in adj.iter() {
-        for &x in list {
-            indeg[x as usize] += 1;
-        }
-    }
-    let mut linked = 0;
-    for _pass in 0..4 {
-        cancel.check("AttentionIndex build")?;
-        let mut reached = vec![false; n];
-        for &e in entries {
-            mark_from(adj, e, &mut reached, &mut stack);
-        }
-        if reached.iter().all(|&r| r) {
-            return Ok(linked);
-        }
-        for u in 0..n as u32 {
-            if reached[u as usize] {
-                continue;
-            }
-            keys.row_into(u, &mut query);
-            let ef = params.build_ef.min(n);
-            beam_search(
-                &*adj,
-                &scorer,
-                &query,
-                &[entries],
-                ef,
-                ef,
-                None,
-                &mut scratch,
-                &mut out,
-            );
-            let with_room = out
-                .ids
-                .iter()
-                .copied()
-                .find(|&r| r != u && reached[r as usize] && adj[r as usize].len() < m)
-                .or_else(|| {
-                    (0..n as u32).find(|&r| reached[r as usize] && adj[r as usize].len() < m)
-                });
-            match with_room {
-                Some(from) => adj[from as usize].push(u),
-                None => {
-                    // Every reachable list is full: splice `u` into one, r → w becomes
-                    // r → u → w. Whatever was reachable stays reachable (through `u`), and no
-                    // path used `u`'s own edges (it was unreachable), so nothing is cut off.
-                    let r = out
-                        .ids
-                        .iter()
-                        .copied()
-                        .find(|&r| r != u && reached[r as usize])
-                        .or_else(|| entries.first().copied());
-                    let Some(r) = r else {
-                        continue;
-                    };
-                    let Some(w) = adj[r as usize].pop() else {
-                        continue;
-                    };
-                    adj[r as usize].push(u);
-                    let own = &mut adj[u as usize];
-                    if own.contains(&w) {
-                        indeg[w as usize] -= 1;
-                    } else if own.len() < m {
-                        own.push(w);
-                    } else if let Some(last) = own.last_mut() {
-                        indeg[*last as usize] -= 1;
-                        *last = w;
-                    }
-                }
-            }
-            indeg[u as usize] += 1;
-            if adj[u as usize].is_empty() {
-                let own: Vec<u32> = out
-                    .ids
-                    .iter()
-                    .copied()
-                    .filter(|&r| r != u)
-                    .take(m.div_ceil(2))
-                    .collect();
-                for &x in &own {
-                    indeg[x as usize] += 1;
-                }
-                adj[u as usize] = own;
-            }
-            linked += 1;
-            mark_from(adj, u, &mut reached, &mut stack);
-        }
-    }
-    let mut seen = vec![false; n];
-    for &e in entries {
-        mark_from(adj, e, &mut seen, &mut stack);
-    }
-    match seen.iter().position(|&s| !s) {
-        Some(lost) => Err(Error::invalid_param(
-            "max_degree",
-            m,
-            format!("too small to keep key {lost} reachable"),
-        )),
-        None => Ok(linked),
-    }
-}
-
-/// Marks everything reachable from `v` (including `v`).
-fn mark_from(adj: &[Vec<u32>], v: u32, reached: &mut [bool], stack: &mut Vec<u32>) {
-    if reached[v as usize] {
-        return;
-    }
-    reached[v as usize] = true;
-    stack.push(v);
-    while let Some(x) = stack.pop() {
-        for &w in &adj[x as usize] {
-            if !reached[w as usize] {
-                reached[w as usize] = true;
-                stack.push(w);
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Key 0 is `v`; 1 and 2 point almost the same way (2 is occluded by 1), 3 points
-    /// elsewhere. Candidates come best-ranked first: 1, 2, 3.
-    fn occluded_case(prune: Prune, max_degree: usize) -> Vec<u32> {
-        let keys = [1.0, 0.0, 1.0, 0.1, 1.0, 0.2, 0.5, -1.0];
-        let params = AttentionParams {
-            prune,
-            max_degree,
-            ..AttentionParams::default()
-        };
-        select(0, vec![(3.0, 1), (2.0, 2), (1.0, 3)], &params, &keys, 2)
-    }
-
-    #[test]
-    fn occlusion_fill_keeps_the_diverse_edges_then_fills_by_rank() {
-        assert_eq!(occluded_case(Prune::Top, 2), vec![1, 2]);
-        assert_eq!(occluded_case(Prune::Occlusion, 3), vec![1, 3]);
-        assert_eq!(occluded_case(Prune::OcclusionFill, 3), vec![1, 3, 2]);
-        // With room for two, the occluded candidate is the one left out (Top would drop 3).
-        assert_eq!(occluded_case(Prune::OcclusionFill, 2), vec![1, 3]);
-        assert_eq!(occluded_case(Prune::OcclusionFill, 1), vec![1]);
-    }
+    let ef = params.build_ef.min(n);
+    let rule = Repair {
+        entries,
+        max_degree: m,
+        any_with_room: true,
+        when_full: WhenFull::Splice,
+        own_edges: m.div_ceil(2),
+        degree_name: "max_degree",
+        what: "AttentionIndex build",
+    };
+    let near = |adj: &[Vec<u32>], _reached: &[bool], u: u32, found: &mut Vec<u32>| {
+        keys.row_into(u, &mut query);
+        let settings = BeamSettings::new(ef, ef);
+        beam_search(
+            adj,
+            &scorer,
+            &query,
+            &[entries],
+            &settings,
+            &mut scratch,
+            &mut out,
+        );
+        found.extend_from_slice(&out.ids);
+    };
+    repair::connect(adj, &rule, near, cancel)
 }

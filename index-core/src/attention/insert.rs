@@ -14,8 +14,7 @@
 
 use super::{Adjacency, AttentionIndex, Prune};
 use crate::error::{check_finite, Error, Result};
-use crate::graph::beam_search;
-use crate::metric::kernels;
+use crate::graph::{prune, BeamSettings};
 use crate::scratch::Scratch;
 use crate::search::SearchOutput;
 use crate::store::KeyStore;
@@ -73,11 +72,7 @@ impl AttentionIndex {
         if sequence {
             out.push(id - 1);
         }
-        let kept = match self.params.prune {
-            Prune::Top => cands,
-            Prune::Occlusion => occlusion(key, &cands, &self.keys, false),
-            Prune::OcclusionFill => occlusion(key, &cands, &self.keys, true),
-        };
+        let kept = prune_candidates(self.params.prune, key, &cands, &self.keys, max_degree);
         for c in kept {
             if out.len() >= max_degree {
                 break;
@@ -169,24 +164,10 @@ impl AttentionIndex {
             guides.chunks_exact(dim).take(MAX_GUIDES).collect()
         };
         let mut out = SearchOutput::default();
+        let settings = BeamSettings::new(ef, k);
         for q in queries {
-            let entries: [&[u32]; 1] = [&self.entries];
-            match &self.graph {
-                Adjacency::Frozen(g) => {
-                    beam_search(g, &scorer, q, &entries, ef, k, None, scratch, &mut out)
-                }
-                Adjacency::Growing(l) => beam_search(
-                    l.as_slice(),
-                    &scorer,
-                    q,
-                    &entries,
-                    ef,
-                    k,
-                    None,
-                    scratch,
-                    &mut out,
-                ),
-            }
+            self.graph
+                .search(&scorer, q, &[&self.entries], &settings, scratch, &mut out);
             searches.push(std::mem::take(&mut out.ids));
         }
         let mut merged = Vec::with_capacity(k * searches.len());
@@ -216,30 +197,74 @@ impl AttentionIndex {
     }
 }
 
-/// The build's occlusion rule with the new key as the pivot: candidate `c` is dropped when an
-/// already-kept neighbour `s` has `s·c > key·c`.
-/// The candidates occlusion keeps, in rank order; with `fill`, followed by the ones it dropped
-/// (in rank order too), as [`Prune::OcclusionFill`] takes them.
-fn occlusion(key: &[f32], cands: &[u32], keys: &KeyStore, fill: bool) -> Vec<u32> {
-    let dot = kernels().dot_f32;
+/// The out-edges `rule` keeps of `cands` (ids, best first) with the new key as the pivot: the
+/// build's pruning ([`prune`]) on the candidates' rows as stored.
+pub(super) fn prune_candidates(
+    rule: Prune,
+    key: &[f32],
+    cands: &[u32],
+    keys: &KeyStore,
+    max_degree: usize,
+) -> Vec<u32> {
     let dim = keys.dim();
-    let rows: Vec<Vec<f32>> = cands
-        .iter()
-        .map(|&c| {
-            let mut r = vec![0f32; dim];
-            keys.row_into(c, &mut r);
-            r
-        })
-        .collect();
-    let mut kept: Vec<usize> = Vec::new();
-    let mut dropped: Vec<usize> = Vec::new();
-    for (i, r) in rows.iter().enumerate() {
-        let kc = dot(key, r);
-        if kept.iter().all(|&s| dot(&rows[s], r) <= kc) {
-            kept.push(i);
-        } else if fill {
-            dropped.push(i);
+    let mut rows = Vec::new();
+    if rule != Prune::Top {
+        rows.resize(cands.len() * dim, 0.0);
+        for (&c, row) in cands.iter().zip(rows.chunks_exact_mut(dim)) {
+            keys.row_into(c, row);
         }
     }
-    kept.into_iter().chain(dropped).map(|i| cands[i]).collect()
+    let row = |i: u32| &rows[i as usize * dim..(i as usize + 1) * dim];
+    prune(rule, key, 0..cands.len() as u32, max_degree, row)
+        .into_iter()
+        .map(|i| cands[i as usize])
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::build::select;
+    use super::*;
+    use crate::attention::AttentionParams;
+
+    /// Build and insertion prune through one function; the candidates reach it from a key's row
+    /// of the build's f32 copy and from the stored rows respectively, which must not matter.
+    #[test]
+    fn build_and_insert_prune_the_same_candidates_to_the_same_edges() {
+        let dim = 16;
+        let data = crate::synth::ood(300, 10, dim, 3);
+        let store = KeyStore::from_f16(
+            data.keys.iter().map(|&x| half::f16::from_f32(x)).collect(),
+            dim,
+        )
+        .expect("keys");
+        let keys32 = store.to_f32();
+        let scorer = store.scorer();
+        for rule in Prune::ALL {
+            for max_degree in [1, 4, 16, 64] {
+                let params = AttentionParams {
+                    prune: rule,
+                    max_degree,
+                    ..AttentionParams::default()
+                };
+                for v in [0u32, 17, 299] {
+                    let pivot = &keys32[v as usize * dim..(v as usize + 1) * dim];
+                    let mut cands: Vec<(f32, u32)> = (0..300u32)
+                        .filter(|&c| c != v)
+                        .map(|c| (scorer.score(pivot, c), c))
+                        .collect();
+                    cands.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+                    cands.truncate(2 * max_degree);
+                    let ids: Vec<u32> = cands.iter().map(|c| c.1).collect();
+                    let at_build = select(v, cands, &params, &keys32, dim);
+                    let at_insert = prune_candidates(rule, pivot, &ids, &store, max_degree);
+                    assert_eq!(at_build, at_insert, "{rule} max_degree {max_degree} v {v}");
+                    assert!(at_build.len() <= max_degree);
+                    if rule == Prune::Top {
+                        assert_eq!(at_build, ids[..max_degree.min(ids.len())]);
+                    }
+                }
+            }
+        }
+    }
 }

@@ -2,30 +2,35 @@
 //!
 //! | file | job |
 //! |---|---|
-//! | `params.rs` | build parameters, presets (ours and the RoarGraph recipe) |
+//! | `params.rs` | build parameters, presets (ours, the RoarGraph recipe, the key–key graph) |
 //! | `build.rs` | bipartite kNN → projection → pruning → reverse edges → connectivity |
 //! | `insert.rs` | query-aware insertion of keys that arrive after the build (decode) |
 //! | `mod.rs` | the index and its search |
 //!
+//! Pruning ([`crate::graph::prune()`]), reachability and the connectivity repair
+//! ([`crate::graph::repair`]) come from [`crate::graph`], shared with the other graph kinds.
+//!
 //! The structure comes from the queries' side: keys that the same training queries rank close
 //! together become neighbours, so a beam search driven by a new query walks through keys that
 //! queries like it found. Search is best-first with a list of `ef ≥ k` from fixed entry points
-//! (plus caller-supplied seeds) and reports every inner product it computes.
+//! (plus caller-supplied seeds, [`AnnIndex::search_seeded`]) and reports every inner product it
+//! computes.
 
 mod build;
 mod insert;
 mod params;
 
+pub use crate::graph::Prune;
 pub use build::BuildStats;
-pub use params::{AttentionParams, EntryRule, Projection, Prune};
+pub use params::{AttentionParams, EntryRule, Projection, TrainOn};
 
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
-use crate::graph::{beam_search, Csr};
+use crate::graph::{beam_search, BeamSettings, Csr};
 use crate::knn::KnnBackend;
 use crate::scratch::Scratch;
-use crate::search::{check_beam, check_query, AnnIndex, IndexKind, SearchOutput, SearchParams};
-use crate::store::KeyStore;
+use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams};
+use crate::store::{KeyStore, Scorer};
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -51,10 +56,31 @@ enum Adjacency {
     Growing(Vec<Vec<u32>>),
 }
 
+impl Adjacency {
+    /// [`beam_search`] on whichever form the adjacency has.
+    fn search(
+        &self,
+        scorer: &Scorer<'_>,
+        query: &[f32],
+        entries: &[&[u32]],
+        settings: &BeamSettings,
+        scratch: &mut Scratch,
+        out: &mut SearchOutput,
+    ) {
+        match self {
+            Adjacency::Frozen(g) => beam_search(g, scorer, query, entries, settings, scratch, out),
+            Adjacency::Growing(l) => {
+                beam_search(l.as_slice(), scorer, query, entries, settings, scratch, out)
+            }
+        }
+    }
+}
+
 impl AttentionIndex {
     /// Builds the index over `keys` from training queries (`m × dim` row-major f32; the
     /// prefill queries of the head, or of all query heads sharing the KV head), computing the
-    /// exact top-`kq` with `knn`.
+    /// exact top-`kq` with `knn`. With [`TrainOn::Keys`] the keys themselves are the training
+    /// queries and `train_queries` is not read.
     ///
     /// `kq` larger than the number of keys is capped at the number of keys.
     ///
@@ -117,11 +143,22 @@ impl AttentionIndex {
         &self.keys
     }
 
-    /// The adjacency as CSR (borrowed; built on the fly after inserts).
-    pub fn graph(&self) -> Cow<'_, Csr> {
+    /// The adjacency as CSR (borrowed; assembled from the lists after inserts).
+    ///
+    /// Errors: after inserts, more edges than the CSR's `u32` offsets hold
+    /// ([`Error::InvalidParam`] named `edges`).
+    pub fn graph(&self) -> Result<Cow<'_, Csr>> {
         match &self.graph {
-            Adjacency::Frozen(g) => Cow::Borrowed(g),
-            Adjacency::Growing(lists) => Cow::Owned(Csr::from_lists(lists).unwrap_or_default()),
+            Adjacency::Frozen(g) => Ok(Cow::Borrowed(g)),
+            Adjacency::Growing(lists) => Csr::from_lists(lists).map(Cow::Owned),
+        }
+    }
+
+    /// Number of edges (without assembling a CSR).
+    pub fn edges(&self) -> usize {
+        match &self.graph {
+            Adjacency::Frozen(g) => g.edges(),
+            Adjacency::Growing(lists) => lists.iter().map(Vec::len).sum(),
         }
     }
 
@@ -173,42 +210,24 @@ impl AnnIndex for AttentionIndex {
         scratch: &mut Scratch,
         out: &mut SearchOutput,
     ) -> Result<()> {
+        self.search_seeded(query, k, params, &[], scratch, out)
+    }
+
+    fn search_seeded(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        seeds: &[u32],
+        scratch: &mut Scratch,
+        out: &mut SearchOutput,
+    ) -> Result<()> {
         check_query(query, self.keys.dim(), k, self.keys.len())?;
-        let ef = params.ef.unwrap_or(self.params.default_ef.max(k));
-        if ef < k {
-            return Err(Error::invalid_param(
-                "ef",
-                ef,
-                format!("must be at least k = {k}"),
-            ));
-        }
-        check_beam(params)?;
+        let settings = BeamSettings::for_search(params, k, self.params.default_ef)?;
         let scorer = self.keys.scorer();
-        let entries: [&[u32]; 2] = [&self.entries, &params.seeds];
-        match &self.graph {
-            Adjacency::Frozen(g) => beam_search(
-                g,
-                &scorer,
-                query,
-                &entries,
-                ef,
-                k,
-                params.beam,
-                scratch,
-                out,
-            ),
-            Adjacency::Growing(l) => beam_search(
-                l.as_slice(),
-                &scorer,
-                query,
-                &entries,
-                ef,
-                k,
-                params.beam,
-                scratch,
-                out,
-            ),
-        }
+        let entries: [&[u32]; 2] = [&self.entries, seeds];
+        self.graph
+            .search(&scorer, query, &entries, &settings, scratch, out);
         Ok(())
     }
 }

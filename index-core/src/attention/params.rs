@@ -1,6 +1,7 @@
 //! Build parameters of [`super::AttentionIndex`] and their presets.
 
 use crate::error::{Error, Result};
+use crate::graph::Prune;
 
 /// How training-query neighbour lists become key–key candidate edges.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -12,20 +13,6 @@ pub enum Projection {
     /// Every key of a query's list gets the keys ranked within `window` places of it as
     /// candidates, weighted by how many queries agree.
     Rank { window: usize },
-}
-
-/// How a key's candidates are cut down to `max_degree` out-edges.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Prune {
-    /// Keep the best-ranked candidates.
-    Top,
-    /// RNG-like occlusion with inner products: candidate `c` of `v` is dropped when an
-    /// already-kept neighbour `s` has `s·c > v·c`.
-    Occlusion,
-    /// [`Prune::Occlusion`] first, then the free slots filled with the best-ranked of the
-    /// candidates it dropped.
-    OcclusionFill,
 }
 
 /// Where searches start.
@@ -40,6 +27,24 @@ pub enum EntryRule {
     /// (put a head's own prefill queries last: decode queries continue where they stop, so
     /// their top-k starts near what the latest prefill queries chose).
     RecentHub { queries: usize },
+}
+
+/// What the bipartite kNN of the build runs on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrainOn {
+    /// The training queries given to the build: the query-aware graph.
+    #[default]
+    Queries,
+    /// The keys themselves, as queries: the key–key graph (the `key-graph` spec), which needs
+    /// no queries.
+    Keys,
+}
+
+impl TrainOn {
+    fn is_queries(&self) -> bool {
+        *self == TrainOn::Queries
+    }
 }
 
 /// Build parameters of the query-aware graph.
@@ -66,6 +71,10 @@ pub struct AttentionParams {
     pub default_ef: usize,
     /// Training query `i` only sees keys `0..=i`.
     pub causal: bool,
+    /// What the kNN runs on (not written to files when it is the queries, so files of
+    /// query-trained graphs stay as they were).
+    #[serde(default, skip_serializing_if = "TrainOn::is_queries")]
+    pub train_on: TrainOn,
 }
 
 impl Default for AttentionParams {
@@ -82,6 +91,7 @@ impl Default for AttentionParams {
             build_ef: 200,
             default_ef: 128,
             causal: false,
+            train_on: TrainOn::Queries,
         }
     }
 }
@@ -102,6 +112,16 @@ impl AttentionParams {
             build_ef: 500,
             default_ef: 128,
             causal: false,
+            train_on: TrainOn::Queries,
+        }
+    }
+
+    /// The key–key graph: the defaults built with the keys as training queries (measured
+    /// beside ours as the `key-graph` variant; needs no queries).
+    pub fn key_graph() -> Self {
+        AttentionParams {
+            train_on: TrainOn::Keys,
+            ..AttentionParams::default()
         }
     }
 

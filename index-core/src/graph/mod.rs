@@ -1,9 +1,30 @@
-//! Graph storage (CSR adjacency) and the best-first beam search shared by the graph kinds.
+//! The graph toolkit of the graph kinds (attention, HNSW, Vamana): storage, search, and the
+//! build steps they share.
+//!
+//! | file | job |
+//! |---|---|
+//! | `mod.rs` | [`Csr`] adjacency (owned or mapped), the [`Neighbors`] access trait |
+//! | `search.rs` | [`beam_search`] and its [`BeamSettings`] |
+//! | `reach.rs` | [`mark_reachable`], the one reachability walk |
+//! | `repair.rs` | [`repair::connect`], the connectivity repair of a build |
+//! | `prune.rs` | [`prune()`]: top / occlusion / occlusion-fill ([`Prune`]) |
+//!
+//! ```text
+//!  build: candidates ──prune──► adjacency lists ──repair::connect──► Csr ──► beam_search
+//!                                     ▲                   │
+//!                                     └── mark_reachable ─┘
+//! ```
 
+mod prune;
+mod reach;
+pub mod repair;
 mod search;
 
-pub use search::beam_search;
+pub use prune::{prune, Prune};
+pub use reach::mark_reachable;
+pub use search::{beam_search, BeamSettings};
 
+use crate::error::{Error, Result};
 use crate::io::Buf;
 
 /// Read access to out-neighbours, so that searches run on the final CSR and on the adjacency
@@ -64,23 +85,35 @@ impl PartialEq for Csr {
 impl Eq for Csr {}
 
 impl Csr {
-    /// CSR from per-node lists. Fails (returns `None`) when an id is out of range or the edge
-    /// count overflows `u32`.
-    pub fn from_lists(lists: &[Vec<u32>]) -> Option<Self> {
+    /// CSR from per-node lists.
+    ///
+    /// Errors: [`Error::InvalidParam`] when an id is not below the number of lists (named
+    /// `neighbor`) or the edge count overflows the `u32` offsets (named `edges`).
+    pub fn from_lists(lists: &[Vec<u32>]) -> Result<Self> {
         let n = lists.len();
         let mut offsets = Vec::with_capacity(n + 1);
         let total: usize = lists.iter().map(Vec::len).sum();
-        u32::try_from(total).ok()?;
+        if u32::try_from(total).is_err() {
+            return Err(Error::invalid_param(
+                "edges",
+                total,
+                "more than u32::MAX edges for the CSR offsets",
+            ));
+        }
         let mut neighbors = Vec::with_capacity(total);
         offsets.push(0);
-        for l in lists {
-            if l.iter().any(|&x| x as usize >= n) {
-                return None;
+        for (v, l) in lists.iter().enumerate() {
+            if let Some(&bad) = l.iter().find(|&&x| x as usize >= n) {
+                return Err(Error::invalid_param(
+                    "neighbor",
+                    bad,
+                    format!("of node {v} is not below n = {n}"),
+                ));
             }
             neighbors.extend_from_slice(l);
             offsets.push(neighbors.len() as u32);
         }
-        Some(Csr {
+        Ok(Csr {
             offsets: Buf::Owned(offsets),
             neighbors: Buf::Owned(neighbors),
         })
@@ -165,26 +198,10 @@ impl Csr {
         4 * (self.offsets().len() + self.neighbor_array().len())
     }
 
-    /// Nodes reachable from `entries` (breadth-first), as a mask.
+    /// Nodes reachable from `entries`, as a mask ([`mark_reachable`]).
     pub fn reachable(&self, entries: &[u32]) -> Vec<bool> {
         let mut seen = vec![false; self.len()];
-        let mut stack: Vec<u32> = Vec::new();
-        for &e in entries {
-            if (e as usize) < seen.len() && !seen[e as usize] {
-                seen[e as usize] = true;
-                stack.push(e);
-            }
-        }
-        while let Some(v) = stack.pop() {
-            for &w in self.neighbors(v) {
-                if let Some(s) = seen.get_mut(w as usize) {
-                    if !*s {
-                        *s = true;
-                        stack.push(w);
-                    }
-                }
-            }
-        }
+        mark_reachable(self, entries, &mut seen, &mut Vec::new());
         seen
     }
 }
@@ -210,4 +227,24 @@ fn check_arrays(offsets: &[u32], neighbors: &[u32]) -> Result<(), String> {
         return Err(format!("neighbour id {bad} is not below n = {n}"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_lists_builds_the_csr_or_names_the_bad_id() {
+        let g = Csr::from_lists(&[vec![1, 2], vec![], vec![0]]).expect("valid lists");
+        assert_eq!(g.offsets(), &[0, 2, 2, 3]);
+        assert_eq!(g.neighbor_array(), &[1, 2, 0]);
+        assert!(g.reachable(&[2]).iter().all(|&r| r));
+        assert_eq!(g.reachable(&[1, 9]), vec![false, true, false]);
+        match Csr::from_lists(&[vec![1], vec![2]]) {
+            Err(Error::InvalidParam { name, value, .. }) => {
+                assert_eq!((name, value.as_str()), ("neighbor", "2"));
+            }
+            other => panic!("expected InvalidParam, got {other:?}"),
+        }
+    }
 }

@@ -9,25 +9,64 @@
 //! for the running CPU is picked at run time (the crate itself is built for baseline x86-64, so
 //! without this the list and visited-set code would be limited to SSE2).
 
+use crate::error::{Error, Result};
 use crate::scratch::Scratch;
-use crate::search::{SearchOutput, SearchStats};
+use crate::search::{SearchOutput, SearchParams, SearchStats};
 use crate::store::Scorer;
 
 use super::Neighbors;
 
-/// Searches `graph` for the `k` keys with the largest `query · key`, with a result list of
-/// `ef ≥ k` of which the best `width` items (all when `None`) are expanded, starting from every id of the slices in `entries` (ids out of range are ignored,
-/// and so are neighbour ids `≥ graph.node_count()`, which only an unverified file can hold).
-/// Writes `out` (cleared first).
-#[allow(clippy::too_many_arguments)]
+/// The knobs of one beam search (usearch's `index_search_config_t`): a candidate list of `ef`
+/// items (at least `k`) of which only the best `width` are expanded (`None`: all; a width below
+/// `k` walks like a search with a list of `width` items), and the best `k` returned. Entry points
+/// and seeds travel beside the settings, not inside them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BeamSettings {
+    pub ef: usize,
+    pub k: usize,
+    pub width: Option<usize>,
+}
+
+impl BeamSettings {
+    /// The settings of a search for `k` keys with `params` on an index whose list size is
+    /// `default_ef` when `params.ef` is `None` (raised to `k`).
+    ///
+    /// Errors: `ef < k` ([`Error::InvalidParam`] named `ef`), a beam width of 0 (named `beam`).
+    pub fn for_search(params: &SearchParams, k: usize, default_ef: usize) -> Result<Self> {
+        let ef = params.ef.unwrap_or(default_ef.max(k));
+        if ef < k {
+            return Err(Error::invalid_param(
+                "ef",
+                ef,
+                format!("must be at least k = {k}"),
+            ));
+        }
+        if params.beam == Some(0) {
+            return Err(Error::invalid_param("beam", 0, "must be at least 1"));
+        }
+        Ok(BeamSettings {
+            ef,
+            k,
+            width: params.beam,
+        })
+    }
+
+    /// An exhaustive-width search for `k` keys with a list of `ef`.
+    pub fn new(ef: usize, k: usize) -> Self {
+        BeamSettings { ef, k, width: None }
+    }
+}
+
+/// Searches `graph` for the `settings.k` keys with the largest `query · key`
+/// ([`BeamSettings`]), starting from every id of the slices in `entries` (ids out of range are
+/// ignored, and so are neighbour ids `≥ graph.node_count()`, which only an unverified file can
+/// hold). Writes `out` (cleared first).
 pub fn beam_search<G: Neighbors + ?Sized>(
     graph: &G,
     scorer: &Scorer<'_>,
     query: &[f32],
     entries: &[&[u32]],
-    ef: usize,
-    k: usize,
-    width: Option<usize>,
+    settings: &BeamSettings,
     scratch: &mut Scratch,
     out: &mut SearchOutput,
 ) {
@@ -37,19 +76,19 @@ pub fn beam_search<G: Neighbors + ?Sized>(
             // SAFETY: `search_isa` returns Avx512 only when every feature that
             // `beam_search_avx512` enables was detected on this CPU.
             return unsafe {
-                beam_search_avx512(graph, scorer, query, entries, ef, k, width, scratch, out)
+                beam_search_avx512(graph, scorer, query, entries, settings, scratch, out)
             };
         }
         SearchIsa::Avx2 => {
             // SAFETY: `search_isa` returns Avx2 only when every feature that `beam_search_avx2`
             // enables was detected on this CPU.
             return unsafe {
-                beam_search_avx2(graph, scorer, query, entries, ef, k, width, scratch, out)
+                beam_search_avx2(graph, scorer, query, entries, settings, scratch, out)
             };
         }
         SearchIsa::Baseline => {}
     }
-    beam_search_impl(graph, scorer, query, entries, ef, k, width, scratch, out)
+    beam_search_impl(graph, scorer, query, entries, settings, scratch, out)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -88,51 +127,43 @@ fn search_isa() -> SearchIsa {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,bmi1,bmi2,popcnt,lzcnt")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn beam_search_avx2<G: Neighbors + ?Sized>(
     graph: &G,
     scorer: &Scorer<'_>,
     query: &[f32],
     entries: &[&[u32]],
-    ef: usize,
-    k: usize,
-    width: Option<usize>,
+    settings: &BeamSettings,
     scratch: &mut Scratch,
     out: &mut SearchOutput,
 ) {
-    beam_search_impl(graph, scorer, query, entries, ef, k, width, scratch, out)
+    beam_search_impl(graph, scorer, query, entries, settings, scratch, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c,bmi1,bmi2,popcnt,lzcnt")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn beam_search_avx512<G: Neighbors + ?Sized>(
     graph: &G,
     scorer: &Scorer<'_>,
     query: &[f32],
     entries: &[&[u32]],
-    ef: usize,
-    k: usize,
-    width: Option<usize>,
+    settings: &BeamSettings,
     scratch: &mut Scratch,
     out: &mut SearchOutput,
 ) {
-    beam_search_impl(graph, scorer, query, entries, ef, k, width, scratch, out)
+    beam_search_impl(graph, scorer, query, entries, settings, scratch, out)
 }
 
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn beam_search_impl<G: Neighbors + ?Sized>(
     graph: &G,
     scorer: &Scorer<'_>,
     query: &[f32],
     entries: &[&[u32]],
-    ef: usize,
-    k: usize,
-    width: Option<usize>,
+    settings: &BeamSettings,
     scratch: &mut Scratch,
     out: &mut SearchOutput,
 ) {
+    let BeamSettings { ef, k, width } = *settings;
     out.clear();
     let n = graph.node_count();
     let Scratch {

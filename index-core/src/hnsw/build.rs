@@ -27,7 +27,7 @@ use super::upper::UpperLevels;
 use super::HnswIndex;
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
-use crate::graph::{beam_search, Csr, Neighbors};
+use crate::graph::{beam_search, BeamSettings, Csr, Neighbors};
 use crate::metric::kernels;
 use crate::scratch::{Scored, Scratch, VisitedSet};
 use crate::search::{SearchOutput, SearchStats};
@@ -217,7 +217,7 @@ pub(super) fn build(
     let t = Instant::now();
     let too_many = || Error::invalid_param("n", n, "too many edges for u32 offsets");
     let mut lists = layers.into_iter();
-    let level0 = Csr::from_lists(&lists.next().unwrap_or_default()).ok_or_else(too_many)?;
+    let level0 = Csr::from_lists(&lists.next().unwrap_or_default())?;
     let upper_lists: Vec<Vec<Vec<u32>>> = lists.collect();
     let upper = UpperLevels::from_layers(&levels, &upper_lists).ok_or_else(too_many)?;
     drop(upper_lists);
@@ -357,9 +357,7 @@ fn plan_links(
             &scorer,
             query,
             &[&[cur.id]],
-            efc,
-            efc,
-            None,
+            &BeamSettings::new(efc, efc),
             scratch,
             out,
         );

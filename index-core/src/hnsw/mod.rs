@@ -29,10 +29,9 @@ pub use upper::{UpperLevel, UpperLevels};
 
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
-use crate::graph::{beam_search, Csr};
+use crate::graph::{beam_search, BeamSettings, Csr};
 use crate::scratch::{Scored, Scratch};
-use crate::search::{AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};
-use crate::search_util::graph_search_ef;
+use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};
 use crate::store::KeyStore;
 use std::sync::Arc;
 
@@ -165,7 +164,20 @@ impl AnnIndex for HnswIndex {
         scratch: &mut Scratch,
         out: &mut SearchOutput,
     ) -> Result<()> {
-        let ef = graph_search_ef(query, &self.keys, k, params, self.params.default_ef)?;
+        self.search_seeded(query, k, params, &[], scratch, out)
+    }
+
+    fn search_seeded(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        seeds: &[u32],
+        scratch: &mut Scratch,
+        out: &mut SearchOutput,
+    ) -> Result<()> {
+        check_query(query, self.keys.dim(), k, self.keys.len())?;
+        let settings = BeamSettings::for_search(params, k, self.params.default_ef)?;
         let scorer = self.keys.scorer();
         let mut stats = SearchStats {
             distance_computations: 1,
@@ -195,10 +207,8 @@ impl AnnIndex for HnswIndex {
             &self.level0,
             &scorer,
             query,
-            &[&[cur.id], &params.seeds],
-            ef,
-            k,
-            params.beam,
+            &[&[cur.id], seeds],
+            &settings,
             scratch,
             out,
         );

@@ -104,7 +104,7 @@ impl Persist for AttentionIndex {
     }
     fn add_sections<'a>(&'a self, w: &mut FileWriter<'a>) -> Result<()> {
         // After inserts the CSR is assembled for the file (owned).
-        add_csr(w, self.graph());
+        add_csr(w, self.graph()?);
         w.section(
             SectionKind::ENTRY_POINTS,
             bytemuck::cast_slice(self.entries()),
@@ -274,7 +274,7 @@ pub fn deep_check(raw: &RawFile, index: &AnyIndex) -> Result<()> {
         }
     }
     if let AnyIndex::Attention(a) = index {
-        a.graph()
+        a.graph()?
             .validate()
             .map_err(|reason| graph_error(raw, reason))?;
     }

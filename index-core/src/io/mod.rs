@@ -190,6 +190,41 @@ impl AnyIndex {
     }
 }
 
+/// `From` each kind into [`AnyIndex`], and `TryFrom` back (an [`Error::InvalidParam`] named
+/// `kind` for another kind).
+macro_rules! any_index_conversions {
+    ($($variant:ident($ty:ty)),* $(,)?) => {$(
+        impl From<$ty> for AnyIndex {
+            fn from(index: $ty) -> Self {
+                AnyIndex::$variant(index)
+            }
+        }
+
+        impl TryFrom<AnyIndex> for $ty {
+            type Error = Error;
+
+            fn try_from(any: AnyIndex) -> Result<Self> {
+                match any {
+                    AnyIndex::$variant(index) => Ok(index),
+                    other => Err(Error::invalid_param(
+                        "kind",
+                        other.kind().name(),
+                        concat!("expected ", stringify!($ty)),
+                    )),
+                }
+            }
+        }
+    )*};
+}
+
+any_index_conversions!(
+    Attention(AttentionIndex),
+    Flat(FlatIndex),
+    Hnsw(HnswIndex),
+    Ivf(IvfIndex),
+    Vamana(VamanaIndex),
+);
+
 impl AnnIndex for AnyIndex {
     fn kind(&self) -> IndexKind {
         self.as_dyn().kind()
@@ -212,6 +247,18 @@ impl AnnIndex for AnyIndex {
         out: &mut SearchOutput,
     ) -> Result<()> {
         self.as_dyn().search_into(query, k, params, scratch, out)
+    }
+    fn search_seeded(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        seeds: &[u32],
+        scratch: &mut Scratch,
+        out: &mut SearchOutput,
+    ) -> Result<()> {
+        self.as_dyn()
+            .search_seeded(query, k, params, seeds, scratch, out)
     }
 }
 
@@ -406,7 +453,7 @@ pub(crate) fn inspect_file(path: &Path) -> Result<FileInfo> {
         path: path.to_path_buf(),
         format_version: h.version,
         kind: h.kind.name().into(),
-        dtype: h.dtype.map(|d| d.to_string()),
+        dtype: h.dtype.map(|d| d.numpy_name().to_string()),
         n: h.n,
         d: h.d,
         file_len: h.file_len,

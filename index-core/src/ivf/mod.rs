@@ -346,7 +346,7 @@ impl AnnIndex for IvfIndex {
         self.dim
     }
 
-    /// Reads `params.nprobe` (`ef` and `seeds` do not apply and are ignored).
+    /// Reads `params.nprobe` (`ef` does not apply and is ignored, and so are seeds).
     fn memory_bytes(&self) -> usize {
         self.bytes()
     }

@@ -13,7 +13,8 @@
 //! - **exact**, when the cache is empty, on a refresh step, or when the best cosine is below
 //!   `τ`: the caller's `exact` index answers (a [`crate::FlatIndex`] for the paper's exact
 //!   top-K, or a graph index such as [`crate::AttentionIndex`]). With
-//!   [`ReTopKParams::seed_fallback`] the recalled sets go to it as [`SearchParams::seeds`].
+//!   [`ReTopKParams::seed_fallback`] the recalled sets go to it as seeds
+//!   ([`AnnIndex::search_seeded`]).
 //! - **reuse** otherwise: the candidates are the union of the id sets of the `R` most similar
 //!   cached queries plus the last `W` keys (ids `n − W .. n`), scored exactly against the query;
 //!   the best `K` are kept.
@@ -123,8 +124,8 @@ pub struct ReTopK {
     candidates: Vec<u32>,
     /// Scores of `candidates`.
     scores: Vec<f32>,
-    /// The caller's exact-path params plus the recalled seeds.
-    exact_params: SearchParams,
+    /// The seeds of the last exact-path search: the caller's, then the recalled ids.
+    seeds: Vec<u32>,
 }
 
 impl ReTopK {
@@ -145,7 +146,7 @@ impl ReTopK {
             sims: Vec::new(),
             candidates: Vec::new(),
             scores: Vec::new(),
-            exact_params: SearchParams::default(),
+            seeds: Vec::new(),
         })
     }
 
@@ -247,8 +248,8 @@ impl ReTopK {
     /// Selects the top `min(k, n)` keys for `query` (`dim` values) from `keys` (`n` keys) and
     /// writes them into `out` (cleared first), best first with their exact scores, then caches
     /// the pair. `exact` is the exact path and must index the same ids as `keys` (same `n` and
-    /// `dim`); `exact_params` are its search parameters (their `seeds` are kept, and the
-    /// recalled sets are appended when `seed_fallback` is set).
+    /// `dim`); `exact_params` are its search parameters (seeded with the recalled sets when
+    /// `seed_fallback` is set).
     ///
     /// On the reuse path the result holds fewer than `k` ids only when fewer candidates exist.
     /// `scratch` serves both paths (sized on demand); once `out`, `scratch` and the cache have
@@ -265,6 +266,22 @@ impl ReTopK {
         keys: &KeyStore,
         exact: &dyn AnnIndex,
         exact_params: &SearchParams,
+        scratch: &mut Scratch,
+        out: &mut SearchOutput,
+    ) -> Result<StepStats> {
+        self.step_seeded(query, keys, exact, exact_params, &[], scratch, out)
+    }
+
+    /// [`ReTopK::step`] whose exact-path searches also start from the caller's `seeds` (before
+    /// the recalled ids).
+    #[allow(clippy::too_many_arguments)]
+    pub fn step_seeded(
+        &mut self,
+        query: &[f32],
+        keys: &KeyStore,
+        exact: &dyn AnnIndex,
+        exact_params: &SearchParams,
+        seeds: &[u32],
         scratch: &mut Scratch,
         out: &mut SearchOutput,
     ) -> Result<StepStats> {
@@ -342,25 +359,19 @@ impl ReTopK {
             };
             self.candidates.len()
         } else {
-            self.exact_params.ef = exact_params.ef;
-            self.exact_params.nprobe = exact_params.nprobe;
-            self.exact_params.seeds.clear();
-            self.exact_params
-                .seeds
-                .extend_from_slice(&exact_params.seeds);
+            self.seeds.clear();
+            self.seeds.extend_from_slice(seeds);
             if self.params.seed_fallback {
                 scratch.visited.reset(n);
                 for &(_, i) in &self.sims[..recalled] {
                     if let Some(e) = self.cache.get(i) {
-                        scratch.visited.filter_new_below(
-                            &e.ids,
-                            n as u32,
-                            &mut self.exact_params.seeds,
-                        );
+                        scratch
+                            .visited
+                            .filter_new_below(&e.ids, n as u32, &mut self.seeds);
                     }
                 }
             }
-            exact.search_into(query, k, &self.exact_params, scratch, out)?;
+            exact.search_seeded(query, k, exact_params, &self.seeds, scratch, out)?;
             usize::try_from(out.stats.distance_computations).unwrap_or(usize::MAX)
         };
 
@@ -378,7 +389,7 @@ impl ReTopK {
     /// The seeds the last exact-path step handed to the exact index (the caller's seeds, then
     /// the recalled ids); for tests and diagnostics.
     pub fn last_seeds(&self) -> &[u32] {
-        &self.exact_params.seeds
+        &self.seeds
     }
 }
 

@@ -28,14 +28,40 @@ impl Dtype {
             Dtype::F32 => 4,
         }
     }
-}
 
-impl std::fmt::Display for Dtype {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+    /// The name (`f16`, `f32`), as files, index specs and the command line spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F16 => "f16",
+            Dtype::F32 => "f32",
+        }
+    }
+
+    /// The name numpy gives the type (`float16`, `float32`).
+    pub fn numpy_name(self) -> &'static str {
+        match self {
             Dtype::F16 => "float16",
             Dtype::F32 => "float32",
-        })
+        }
+    }
+}
+
+/// [`Dtype::name`].
+impl std::fmt::Display for Dtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `f16` or `f32` (what [`Dtype`]'s `Display` prints).
+impl std::str::FromStr for Dtype {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        [Dtype::F16, Dtype::F32]
+            .into_iter()
+            .find(|d| d.name() == s)
+            .ok_or_else(|| Error::invalid_param("dtype", s, "expected f16 or f32"))
     }
 }
 
@@ -312,6 +338,20 @@ pub(crate) fn check_shape(what: &'static str, len: usize, dim: usize) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dtype_names_round_trip_and_match_serde() {
+        for d in [Dtype::F16, Dtype::F32] {
+            assert_eq!(d.to_string().parse::<Dtype>().expect("parses"), d);
+            let json = serde_json::to_string(&d).expect("serializes");
+            assert_eq!(json, format!("\"{d}\""));
+        }
+        assert_eq!(Dtype::F16.numpy_name(), "float16");
+        assert!(matches!(
+            "float16".parse::<Dtype>(),
+            Err(Error::InvalidParam { name: "dtype", .. })
+        ));
+    }
 
     #[test]
     fn push_and_read_back() {

@@ -15,13 +15,15 @@
 //!    batches (rayon) that see the graph as it stood before the batch; batch sizes double from
 //!    1 up to `max_batch_fraction · n` (ParlayANN's scheme), so the result does not depend on
 //!    the thread count.
-//! 4. RobustVamana only: RobustStitch, then connectivity (every key reachable from the medoid).
+//! 4. RobustVamana only: RobustStitch. Then connectivity ([`crate::graph::repair`]): every key
+//!    reachable from the medoid.
 //!
 //! Distances are squared L2, and α multiplies squared distances, as in DiskANN's code.
 
 use super::params::VamanaParams;
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
+use crate::graph::repair::{self, Repair, WhenFull};
 use crate::knn::{KnnBackend, KnnOptions, KnnResult};
 use crate::metric::kernels;
 use crate::scratch::Scratch;
@@ -436,11 +438,12 @@ pub(super) fn robust_stitch(adj: &mut [Vec<u32>], lists: &KnnResult, r: usize) -
     added
 }
 
-/// Links every key that the medoid cannot reach; returns how many were linked.
+/// Links every key that the medoid cannot reach ([`repair::connect`]); returns how many were
+/// linked.
 ///
 /// An unreachable key `u` is searched for from the medoid; the nearest expanded (hence
 /// reachable) key with a free slot gets the edge to `u`. When none has room, the nearest
-/// expanded key redirects an edge whose target keeps another in-edge. Repeats up to four times.
+/// expanded key redirects an edge whose target keeps another in-edge ([`WhenFull::Redirect`]).
 fn connect(
     aug: &Augmented,
     adj: &mut [Vec<u32>],
@@ -449,81 +452,32 @@ fn connect(
     l: usize,
     cancel: &Cancel,
 ) -> Result<usize> {
-    let n = adj.len();
-    let mut scratch = Scratch::new(n);
+    let mut scratch = Scratch::new(adj.len());
     let mut visited = Vec::new();
-    let mut stack = Vec::new();
-    let mut indeg = vec![0u32; n];
-    for list in adj.iter() {
-        for &x in list {
-            indeg[x as usize] += 1;
-        }
-    }
-    let mut linked = 0;
-    for _pass in 0..4 {
-        cancel.check("Vamana build")?;
-        let mut reached = vec![false; n];
-        mark_from(adj, medoid, &mut reached, &mut stack);
-        if reached.iter().all(|&x| x) {
-            return Ok(linked);
-        }
-        for u in 0..n as u32 {
-            if reached[u as usize] {
-                continue;
-            }
-            greedy_search(aug, adj, aug.row(u), medoid, l, &mut scratch, &mut visited);
-            let mut by_dist: Vec<(f32, u32)> = visited
+    let mut by_dist: Vec<(f32, u32)> = Vec::new();
+    let dot = kernels().dot_f32;
+    let rule = Repair {
+        entries: &[medoid],
+        max_degree: r,
+        any_with_room: false,
+        when_full: WhenFull::Redirect,
+        own_edges: 0,
+        degree_name: "r",
+        what: "Vamana build",
+    };
+    let near = |adj: &[Vec<u32>], reached: &[bool], u: u32, found: &mut Vec<u32>| {
+        greedy_search(aug, adj, aug.row(u), medoid, l, &mut scratch, &mut visited);
+        by_dist.clear();
+        by_dist.extend(
+            visited
                 .iter()
                 .filter(|&&x| reached[x as usize])
-                .map(|&x| (aug.dist((kernels().dot_f32)(aug.row(u), aug.row(x))), x))
-                .collect();
-            by_dist.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            if let Some(&(_, from)) = by_dist.iter().find(|x| adj[x.1 as usize].len() < r) {
-                adj[from as usize].push(u);
-            } else {
-                let spare = by_dist.iter().find_map(|&(_, x)| {
-                    let pos = adj[x as usize]
-                        .iter()
-                        .rposition(|&t| indeg[t as usize] >= 2 && t != medoid && t != u)?;
-                    Some((x, pos))
-                });
-                let Some((x, pos)) = spare else { continue };
-                let old = adj[x as usize][pos];
-                indeg[old as usize] -= 1;
-                adj[x as usize][pos] = u;
-            }
-            indeg[u as usize] += 1;
-            linked += 1;
-            mark_from(adj, u, &mut reached, &mut stack);
-        }
-    }
-    let mut reached = vec![false; n];
-    mark_from(adj, medoid, &mut reached, &mut stack);
-    match reached.iter().position(|&x| !x) {
-        Some(lost) => Err(Error::invalid_param(
-            "r",
-            r,
-            format!("too small to keep key {lost} reachable"),
-        )),
-        None => Ok(linked),
-    }
-}
-
-/// Marks everything reachable from `v` (including `v`).
-fn mark_from(adj: &[Vec<u32>], v: u32, reached: &mut [bool], stack: &mut Vec<u32>) {
-    if reached[v as usize] {
-        return;
-    }
-    reached[v as usize] = true;
-    stack.push(v);
-    while let Some(x) = stack.pop() {
-        for &w in &adj[x as usize] {
-            if !reached[w as usize] {
-                reached[w as usize] = true;
-                stack.push(w);
-            }
-        }
-    }
+                .map(|&x| (aug.dist(dot(aug.row(u), aug.row(x))), x)),
+        );
+        by_dist.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        found.extend(by_dist.iter().map(|x| x.1));
+    };
+    repair::connect(adj, &rule, near, cancel)
 }
 
 #[cfg(test)]

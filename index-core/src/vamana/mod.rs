@@ -10,7 +10,7 @@
 //! The build runs in the augmented space of the MIPS→L2 reduction (see `build.rs`), where L2
 //! ranks keys as the inner product does; search runs on the shared original [`KeyStore`] by
 //! inner product (no copy), best-first from the medoid with a list of `ef ≥ k`
-//! ([`crate::graph::beam_search`]), plus caller-supplied seeds.
+//! ([`crate::graph::beam_search`]), plus caller-supplied seeds ([`AnnIndex::search_seeded`]).
 //!
 //! RobustVamana (`robust = true`) needs training queries: each one's exact top-`stitch_t` keys
 //! ([`KnnBackend`]) are linked to one another in the adjacency slots left free below `r`
@@ -29,10 +29,10 @@ pub use params::VamanaParams;
 
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
-use crate::graph::{beam_search, Csr};
+use crate::graph::{beam_search, BeamSettings, Csr};
 use crate::knn::KnnBackend;
 use crate::scratch::Scratch;
-use crate::search::{check_beam, check_query, AnnIndex, IndexKind, SearchOutput, SearchParams};
+use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams};
 use crate::store::KeyStore;
 use std::sync::Arc;
 
@@ -73,8 +73,7 @@ impl VamanaIndex {
         cancel: &Cancel,
     ) -> Result<Self> {
         let built = build::build(&keys, train_queries, params, knn, cancel)?;
-        let graph = Csr::from_lists(&built.adj)
-            .ok_or_else(|| Error::invalid_param("n", keys.len(), "too many edges for u32"))?;
+        let graph = Csr::from_lists(&built.adj)?;
         let mut index = Self::from_parts(keys, graph, built.medoid, params)?;
         index.stats = built.stats;
         Ok(index)
@@ -161,25 +160,27 @@ impl AnnIndex for VamanaIndex {
         scratch: &mut Scratch,
         out: &mut SearchOutput,
     ) -> Result<()> {
+        self.search_seeded(query, k, params, &[], scratch, out)
+    }
+
+    fn search_seeded(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        seeds: &[u32],
+        scratch: &mut Scratch,
+        out: &mut SearchOutput,
+    ) -> Result<()> {
         check_query(query, self.keys.dim(), k, self.keys.len())?;
-        let ef = params.ef.unwrap_or(self.params.default_ef.max(k));
-        if ef < k {
-            return Err(Error::invalid_param(
-                "ef",
-                ef,
-                format!("must be at least k = {k}"),
-            ));
-        }
-        check_beam(params)?;
+        let settings = BeamSettings::for_search(params, k, self.params.default_ef)?;
         let scorer = self.keys.scorer();
         beam_search(
             &self.graph,
             &scorer,
             query,
-            &[&[self.medoid], &params.seeds],
-            ef,
-            k,
-            params.beam,
+            &[&[self.medoid], seeds],
+            &settings,
             scratch,
             out,
         );

@@ -3,8 +3,8 @@
 //!
 //! Each build is one index file (the format of `qkindex build`, keys inline) and a JSON side
 //! file with its labels and build times. Both are named by a hash of everything the build
-//! depends on: the dump's path and size, layer, head, kind, training-query selection and every
-//! build parameter. A file that fails to load (truncated, corrupt, another format version) is
+//! depends on: the dump's path and size, layer, head, training-query selection and the index
+//! spec (its canonical form names every build parameter that differs from a preset). A file that fails to load (truncated, corrupt, another format version) is
 //! rebuilt and overwritten, never trusted. Entries are loaded resident
 //! ([`LoadOptions::resident`]), and a fresh build is measured as reloaded from its entry, so
 //! that the first run and the cached runs search the same memory layout.
@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use qkindex::io::{load, LoadOptions};
+use qkindex::IndexSpec;
 
 use super::kinds::{Built, Sweep};
 use super::BenchArgs;
@@ -25,36 +26,25 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// The entry of `kind` for one head (`n` keys) under `dir`.
+    /// The entry of `spec` for one head (`n` keys) under `dir`.
     pub fn new(
         dir: &Path,
         args: &BenchArgs,
-        kind: &str,
+        spec: &IndexSpec,
         layer: usize,
         head: usize,
         n: usize,
     ) -> Self {
         let dump = std::fs::canonicalize(&args.dump).unwrap_or_else(|_| args.dump.clone());
         let key = format!(
-            "dump={} n={n} layer={layer} head={head} kind={kind} pool={} max_train={} seed={} \
-             kq={} max_degree={} window={} entry_count={} recent_entries={} recent_queries={} \
-             prune={} sequence_edges={} baseline={} format={}",
+            "dump={} n={n} layer={layer} head={head} spec={spec} pool={} max_train={} format={}",
             dump.display(),
             !args.no_pool,
             args.max_train,
-            args.seed,
-            args.kq,
-            args.max_degree,
-            args.window,
-            args.entry_count,
-            args.recent_entries,
-            args.recent_queries,
-            args.prune,
-            args.sequence_edges,
-            serde_json::to_string(&args.baseline).unwrap_or_default(),
             env!("CARGO_PKG_VERSION"),
         );
-        let stem = format!("L{layer:02}-h{head}-{kind}-{:016x}", fnv1a(key.as_bytes()));
+        let name = spec.name();
+        let stem = format!("L{layer:02}-h{head}-{name}-{:016x}", fnv1a(key.as_bytes()));
         Entry {
             index: dir.join(format!("{stem}.qki")),
             side: dir.join(format!("{stem}.json")),

@@ -1,38 +1,19 @@
-//! The index kinds `qkindex bench` can build, and the parameter sweep each is measured over.
+//! The index kinds `qkindex bench` builds — [`IndexSpec`]s, from `--kinds` — and the parameter
+//! sweep each is measured over.
 //!
-//! Adding a kind: a name in [`KNOWN`] (and in [`ALL`] if `--kinds all` should run it), and an
-//! arm in [`build`] (or [`build_baseline`]) that returns the index with its build times and
-//! sweep. `qkindex build` builds the baseline kinds through [`build_baseline`] too, so a bundle
-//! holds exactly what the bench measures.
+//! `--kinds` takes spec strings (`attention`, `attention:prune=top`, `hnsw-ip:m=32`, ...) and
+//! `all` ([`ALL`]). Rows are labelled by the spec's kind (`index`) and [`IndexSpec::variant`]
+//! (`variant`: `""` for a kind's defaults, `ip`, `robust`, `roargraph-recipe`, the parameters
+//! that differ, ...).
 
 use super::BenchArgs;
 use anyhow::{bail, Result};
-use clap::Args;
-use qkindex::attention::{EntryRule, Projection};
 use qkindex::io::AnyIndex;
-use qkindex::ivf::Assignment;
-use qkindex::{
-    AttentionIndex, AttentionParams, FlatIndex, HnswIndex, HnswParams, IvfIndex, IvfParams,
-    KeyStore, KnnBackend, SearchParams, VamanaIndex, VamanaParams,
-};
+use qkindex::{Cancel, IndexKind, IndexSpec, KeyStore, KnnBackend, SearchParams};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-/// Every kind name `--kinds` accepts.
-pub const KNOWN: &[&str] = &[
-    "attention",
-    "roargraph-recipe",
-    "key-graph",
-    "hnsw",
-    "hnsw-ip",
-    "flat",
-    "ivf",
-    "ivf-ip",
-    "vamana",
-    "robust-vamana",
-];
-
-/// The kinds `--kinds all` runs.
+/// The specs `--kinds all` runs.
 pub const ALL: &[&str] = &[
     "attention",
     "roargraph-recipe",
@@ -44,40 +25,9 @@ pub const ALL: &[&str] = &[
     "robust-vamana",
 ];
 
-/// Build parameters of the baseline kinds (flags shared by `qkindex bench` and `qkindex build`).
-#[derive(Clone, Debug, Args, serde::Serialize)]
-pub struct BaselineArgs {
-    /// IvfIndex: number of lists (0: round(4·√n)).
-    #[arg(long, default_value_t = 0)]
-    pub nlist: usize,
-    /// VamanaIndex: out-degree bound R.
-    #[arg(long, default_value_t = 64)]
-    pub vamana_r: usize,
-    /// VamanaIndex: build list size L.
-    #[arg(long, default_value_t = 100)]
-    pub vamana_l: usize,
-    /// VamanaIndex: pruning factor α of the second pass.
-    #[arg(long, default_value_t = 1.2)]
-    pub alpha: f32,
-    /// RobustVamana: nearest keys per training query stitched together (T).
-    #[arg(long, default_value_t = 16)]
-    pub stitch_t: usize,
-    /// RobustVamana: degree slots held back from the Vamana passes for stitched edges.
-    #[arg(long, default_value_t = 0)]
-    pub stitch_reserve: usize,
-    /// HnswIndex (hnsw, hnsw-ip): links per key and level (`M`; 2M at level 0).
-    #[arg(long, default_value_t = 16)]
-    pub hnsw_m: usize,
-    /// HnswIndex (hnsw, hnsw-ip): candidate list size of insertions.
-    #[arg(long, default_value_t = 200)]
-    pub ef_construction: usize,
-}
-
 /// What one (layer, query head) provides to the builders.
 pub struct HeadInput<'a> {
     pub keys: &'a Arc<KeyStore>,
-    /// The same keys as f32, row-major.
-    pub keys_f32: &'a [f32],
     /// Training queries (row-major f32).
     pub train: &'a [f32],
     pub layer: usize,
@@ -86,7 +36,7 @@ pub struct HeadInput<'a> {
 
 /// A built index, how to label its rows, and the settings to measure it at.
 pub struct Built {
-    /// The index (an [`AnyIndex`], so that `qkindex build` can write it).
+    /// The index (an [`AnyIndex`], so that the build cache can write it).
     pub index: AnyIndex,
     /// The `index` field of its rows (`attention`, `flat`, ...).
     pub index_name: String,
@@ -155,227 +105,125 @@ impl Sweep {
             }
         }
     }
+
+    /// The sweep of an index kind.
+    fn of(index: &AnyIndex) -> Self {
+        match index {
+            AnyIndex::Flat(_) => Sweep::Single,
+            AnyIndex::Ivf(i) => Sweep::Nprobe { nlist: i.nlist() },
+            _ => Sweep::Ef,
+        }
+    }
 }
 
-/// Expands `all` and checks every name.
-pub fn expand(kinds: &[String]) -> Result<Vec<String>> {
+/// The specs of `--kinds` values: each value is a comma-separated list of specs and `all`,
+/// where a `key=value` item continues the spec before it (`attention:kq=100,degree=32,hnsw`
+/// is two specs).
+pub fn expand(kinds: &[String]) -> Result<Vec<IndexSpec>> {
+    let mut names: Vec<String> = Vec::new();
+    for item in kinds.iter().flat_map(|k| k.split(',')) {
+        let item = item.trim();
+        let continues = item
+            .split_once('=')
+            .is_some_and(|(key, _)| !key.contains(':'));
+        match names.last_mut() {
+            Some(last) if continues => {
+                last.push(',');
+                last.push_str(item);
+            }
+            _ => names.push(item.to_string()),
+        }
+    }
     let mut out = Vec::new();
-    for k in kinds {
-        if k == "all" {
-            out.extend(ALL.iter().map(|s| s.to_string()));
-        } else if KNOWN.contains(&k.as_str()) {
-            out.push(k.clone());
-        } else {
-            bail!(
-                "unknown index kind {k:?} (known: all, {})",
-                KNOWN.join(", ")
+    for name in names {
+        if name == "all" {
+            out.extend(
+                ALL.iter()
+                    .map(|s| s.parse())
+                    .collect::<qkindex::Result<Vec<_>>>()?,
             );
+            continue;
+        }
+        match name.parse::<IndexSpec>() {
+            Ok(spec) => out.push(spec),
+            Err(e) => bail!("--kinds {name:?}: {e} (or all: {})", ALL.join(", ")),
         }
     }
     Ok(out)
 }
 
-/// Builds `kind` for one head.
-pub fn build(
-    kind: &str,
-    input: &HeadInput<'_>,
-    args: &BenchArgs,
-    knn: &dyn KnnBackend,
-) -> Result<Built> {
+/// Builds `spec` for one head.
+pub fn build(spec: &IndexSpec, input: &HeadInput<'_>, knn: &dyn KnnBackend) -> Result<Built> {
     let (layer, h) = (input.layer, input.head);
-    match kind {
-        "flat" => Ok(Built {
-            index: AnyIndex::Flat(FlatIndex::new(input.keys.clone())),
-            index_name: "flat".into(),
-            variant: String::new(),
-            build_s: serde_json::json!({"total": 0.0}),
-            sweep: Sweep::Single,
-        }),
-        "attention" | "roargraph-recipe" | "key-graph" => {
-            let params = attention_params(kind, args);
-            let (train_q, source) = if kind == "key-graph" {
-                (input.keys_f32, "keys")
-            } else {
-                (input.train, "queries")
-            };
-            let t = Instant::now();
-            let spinner = build_spinner(&format!(
-                "building {kind} for layer {layer} head {h} ({} keys)",
-                input.keys.len()
-            ));
-            let idx = AttentionIndex::build(input.keys.clone(), train_q, &params, knn);
-            spinner.finish_and_clear();
-            let idx = idx?;
-            let s = idx.build_stats();
-            eprintln!(
-                "layer {layer} head {h} {kind}: built from {} {source} in {:.2}s (knn {:.2}s, projection {:.2}s, connectivity {:.2}s; {} keys linked)",
-                s.train_queries, t.elapsed().as_secs_f64(), s.knn_s, s.projection_s, s.connectivity_s, s.linked_unreachable
-            );
-            let build_s = serde_json::json!({"total": s.total_s, "knn": s.knn_s, "projection": s.projection_s, "connectivity": s.connectivity_s});
-            Ok(Built {
-                index: AnyIndex::Attention(idx),
-                index_name: "attention".into(),
-                variant: if kind == "attention" {
-                    String::new()
-                } else {
-                    kind.to_string()
-                },
-                build_s,
-                sweep: Sweep::Ef,
-            })
-        }
-        other => build_baseline(other, input, &args.baseline, args.seed, knn),
+    let t = Instant::now();
+    let spinner = (spec.kind() != IndexKind::Flat).then(|| {
+        build_spinner(&format!(
+            "building {spec} for layer {layer} head {h} ({} keys)",
+            input.keys.len()
+        ))
+    });
+    let built = spec.build_with(input.keys.clone(), input.train, knn, &Cancel::new());
+    if let Some(s) = spinner {
+        s.finish_and_clear();
     }
+    let built = built?;
+    if let Some(line) = describe(&built.index, t.elapsed()) {
+        eprintln!("layer {layer} head {h} {spec}: {line}");
+    }
+    let build_s = serde_json::Value::Object(
+        built
+            .phases
+            .iter()
+            .map(|&(phase, s)| (phase.to_string(), serde_json::json!(s)))
+            .collect(),
+    );
+    Ok(Built {
+        sweep: Sweep::of(&built.index),
+        index: built.index,
+        index_name: spec.kind().name().into(),
+        variant: spec.variant(),
+        build_s,
+    })
 }
 
-/// Builds a baseline kind (hnsw, hnsw-ip, ivf, ivf-ip, vamana, robust-vamana) for one head; `input.train` is read by
-/// `robust-vamana` only.
-pub fn build_baseline(
-    kind: &str,
-    input: &HeadInput<'_>,
-    args: &BaselineArgs,
-    seed: u64,
-    knn: &dyn KnnBackend,
-) -> Result<Built> {
-    let (layer, h) = (input.layer, input.head);
-    match kind {
-        "ivf" | "ivf-ip" => {
-            // `ivf` is faiss IVF-Flat IP's recipe (spherical centroids); `ivf-ip` keeps plain
-            // mean centroids.
-            let params = IvfParams {
-                nlist: (args.nlist > 0).then_some(args.nlist),
-                seed,
-                assignment: if kind == "ivf-ip" {
-                    Assignment::InnerProduct
-                } else {
-                    Assignment::Spherical
-                },
-                ..IvfParams::default()
-            };
-            let spinner = build_spinner(&format!(
-                "building {kind} for layer {layer} head {h} ({} keys)",
-                input.keys.len()
-            ));
-            let idx = IvfIndex::build(input.keys, &params);
-            spinner.finish_and_clear();
-            let idx = idx?;
+/// What a build did, for the log (`elapsed`: the build's wall time as the caller saw it).
+fn describe(index: &AnyIndex, elapsed: Duration) -> Option<String> {
+    let line = match index {
+        AnyIndex::Attention(idx) => {
             let s = idx.build_stats();
-            eprintln!(
-                "layer {layer} head {h} {kind}: nlist {} trained on {} keys in {:.2}s (k-means {:.2}s, assign {:.2}s; lists {}..{}, imbalance {:.2}, {} re-seeded; {:.1} bytes/key)",
+            let source = match idx.params().train_on {
+                qkindex::attention::TrainOn::Keys => "keys",
+                qkindex::attention::TrainOn::Queries => "queries",
+            };
+            format!(
+                "built from {} {source} in {:.2}s (knn {:.2}s, projection {:.2}s, connectivity {:.2}s; {} keys linked)",
+                s.train_queries, elapsed.as_secs_f64(), s.knn_s, s.projection_s, s.connectivity_s, s.linked_unreachable
+            )
+        }
+        AnyIndex::Ivf(idx) => {
+            let s = idx.build_stats();
+            format!(
+                "nlist {} trained on {} keys in {:.2}s (k-means {:.2}s, assign {:.2}s; lists {}..{}, imbalance {:.2}, {} re-seeded; {:.1} bytes/key)",
                 s.nlist, s.train_keys, s.total_s, s.kmeans_s, s.assign_s, s.min_list, s.max_list, s.imbalance, s.reseeded, idx.bytes_per_key()
-            );
-            let build_s =
-                serde_json::json!({"total": s.total_s, "kmeans": s.kmeans_s, "assign": s.assign_s});
-            let sweep = Sweep::Nprobe { nlist: idx.nlist() };
-            Ok(Built {
-                index: AnyIndex::Ivf(idx),
-                index_name: "ivf".into(),
-                variant: if kind == "ivf-ip" {
-                    "ip".into()
-                } else {
-                    String::new()
-                },
-                build_s,
-                sweep,
-            })
+            )
         }
-        "vamana" | "robust-vamana" => {
-            let robust = kind == "robust-vamana";
-            let params = VamanaParams {
-                r: args.vamana_r,
-                l: args.vamana_l,
-                alpha: args.alpha,
-                robust,
-                stitch_t: args.stitch_t,
-                stitch_reserve: if robust { args.stitch_reserve } else { 0 },
-                seed,
-                ..VamanaParams::default()
-            };
-            let spinner = build_spinner(&format!(
-                "building {kind} for layer {layer} head {h} ({} keys)",
-                input.keys.len()
-            ));
-            let train = robust.then_some(input.train);
-            let idx = VamanaIndex::build(input.keys.clone(), train, &params, knn);
-            spinner.finish_and_clear();
-            let idx = idx?;
+        AnyIndex::Vamana(idx) => {
             let s = idx.build_stats();
-            eprintln!(
-                "layer {layer} head {h} {kind}: built in {:.2}s (pass 1 {:.2}s, pass 2 {:.2}s, knn {:.2}s, stitch {:.2}s from {} queries: {} edges; connectivity {:.2}s, {} keys linked; {} edges, max degree {})",
+            format!(
+                "built in {:.2}s (pass 1 {:.2}s, pass 2 {:.2}s, knn {:.2}s, stitch {:.2}s from {} queries: {} edges; connectivity {:.2}s, {} keys linked; {} edges, max degree {})",
                 s.total_s, s.pass1_s, s.pass2_s, s.knn_s, s.stitch_s, s.train_queries, s.stitched_edges, s.connectivity_s, s.linked_unreachable, s.edges, idx.graph().max_degree()
-            );
-            let build_s = serde_json::json!({"total": s.total_s, "pass1": s.pass1_s, "pass2": s.pass2_s, "knn": s.knn_s, "stitch": s.stitch_s, "connectivity": s.connectivity_s});
-            Ok(Built {
-                index: AnyIndex::Vamana(idx),
-                index_name: "vamana".into(),
-                variant: if robust {
-                    "robust".into()
-                } else {
-                    String::new()
-                },
-                build_s,
-                sweep: Sweep::Ef,
-            })
+            )
         }
-        "hnsw" | "hnsw-ip" => {
-            let params = HnswParams {
-                m: args.hnsw_m,
-                ef_construction: args.ef_construction,
-                l2_reduction: kind == "hnsw",
-                ..HnswParams::default()
-            };
-            let spinner = build_spinner(&format!(
-                "building {kind} for layer {layer} head {h} ({} keys)",
-                input.keys.len()
-            ));
-            let idx = HnswIndex::build(input.keys.clone(), &params);
-            spinner.finish_and_clear();
-            let idx = idx?;
-            let s = idx.build_stats();
-            eprintln!(
-                "layer {layer} head {h} {kind}: built in {:.2}s (M {}, ef_construction {}; max level {}, {} level-0 edges, {} keys stranded, {} unreachable at level 0)",
-                s.total_s, params.m, params.ef_construction, s.max_level, s.edges_level0, s.stranded, s.unreachable
-            );
-            let build_s = serde_json::json!({"total": s.total_s, "prepare": s.prepare_s, "insert": s.insert_s, "finalize": s.finalize_s});
-            Ok(Built {
-                index: AnyIndex::Hnsw(idx),
-                index_name: "hnsw".into(),
-                variant: if kind == "hnsw" {
-                    String::new()
-                } else {
-                    "ip".into()
-                },
-                build_s,
-                sweep: Sweep::Ef,
-            })
+        AnyIndex::Hnsw(idx) => {
+            let (s, p) = (idx.build_stats(), idx.params());
+            format!(
+                "built in {:.2}s (M {}, ef_construction {}; max level {}, {} level-0 edges, {} keys stranded, {} unreachable at level 0)",
+                s.total_s, p.m, p.ef_construction, s.max_level, s.edges_level0, s.stranded, s.unreachable
+            )
         }
-        other => bail!("unknown index kind {other:?}"),
-    }
-}
-
-fn attention_params(kind: &str, args: &BenchArgs) -> AttentionParams {
-    if kind == "roargraph-recipe" {
-        return AttentionParams::roargraph_recipe();
-    }
-    AttentionParams {
-        kq: args.kq,
-        max_degree: args.max_degree,
-        projection: Projection::Rank {
-            window: args.window,
-        },
-        prune: args.prune.into(),
-        entry: if args.recent_queries > 0 {
-            EntryRule::RecentHub {
-                queries: args.recent_queries,
-            }
-        } else {
-            EntryRule::Hub
-        },
-        entry_count: args.entry_count,
-        recent_entries: args.recent_entries,
-        sequence_edges: args.sequence_edges,
-        ..AttentionParams::default()
-    }
+        _ => return None,
+    };
+    Some(line)
 }
 
 /// A spinner with elapsed time for builds (drawn only when stderr is a terminal; builds of large
@@ -388,4 +236,31 @@ pub fn build_spinner(message: &str) -> indicatif::ProgressBar {
     bar.set_message(message.to_string());
     bar.enable_steady_tick(std::time::Duration::from_millis(200));
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(kinds: &[&str]) -> Vec<String> {
+        let kinds: Vec<String> = kinds.iter().map(|s| s.to_string()).collect();
+        expand(&kinds)
+            .expect("valid kinds")
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn kinds_are_specs_and_key_items_continue_the_spec_before_them() {
+        assert_eq!(names(&["all"]), ALL);
+        assert_eq!(
+            names(&["attention:kq=200,degree=48,hnsw-ip:m=32,ivf", "flat"]),
+            ["attention:kq=200,degree=48", "hnsw-ip:m=32", "ivf", "flat"]
+        );
+        assert_eq!(names(&["key-graph,vamana"]), ["key-graph", "vamana"]);
+        let bad = expand(&["attention,nope".to_string()]).expect_err("unknown kind");
+        assert!(bad.to_string().contains("nope"), "{bad}");
+        assert!(expand(&["attention:degree=0".to_string()]).is_err());
+    }
 }

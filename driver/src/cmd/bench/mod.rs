@@ -8,8 +8,8 @@
 mod cache;
 pub(crate) mod kinds;
 
-use super::policy_args::PruneArg;
 use crate::report::{self, BenchReport, Row};
+use crate::training::training_queries;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use half::f16;
@@ -32,9 +32,12 @@ pub struct BenchArgs {
     /// Query heads to run (default: all).
     #[arg(long, value_delimiter = ',')]
     pub heads: Vec<usize>,
-    /// Index kinds: all, or a list of the kinds `qkindex bench --help` names (attention,
-    /// roargraph-recipe, key-graph, hnsw, hnsw-ip, flat, ivf, ivf-ip, vamana, robust-vamana).
-    #[arg(long, value_delimiter = ',', default_value = "all")]
+    /// Index specs, comma-separated: a kind and its build parameters (`attention`,
+    /// `attention:prune=top,kq=200`, `roargraph-recipe`, `key-graph`, `hnsw`, `hnsw-ip:m=32`,
+    /// `flat`, `ivf`, `ivf-ip`, `ivf:nlist=256`, `vamana`, `robust-vamana`, ...; a `key=value`
+    /// item belongs to the spec before it), or `all` (attention, roargraph-recipe, hnsw,
+    /// hnsw-ip, flat, ivf, vamana, robust-vamana).
+    #[arg(long, default_value = "all")]
     pub kinds: Vec<String>,
     /// Neighbours per query (recall@k); a list measures each (e.g. 10,100,1000).
     #[arg(long, value_delimiter = ',', default_value = "100")]
@@ -66,9 +69,6 @@ pub struct BenchArgs {
     /// Scanned budget of the per-layer and Q→K/K→K gap plots (fraction of keys).
     #[arg(long, default_value_t = 0.10)]
     pub budget: f64,
-    /// Seed (recorded; the builds are deterministic).
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
     /// Output directory.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
@@ -83,40 +83,12 @@ pub struct BenchArgs {
     /// thread: steadier on a shared machine, as time spent descheduled does not count).
     #[arg(long, value_enum, default_value_t = ClockKind::Wall)]
     pub clock: ClockKind,
-    /// AttentionIndex: training-query top-kq.
-    #[arg(long, default_value_t = 100)]
-    pub kq: usize,
-    /// AttentionIndex: out-degree bound.
-    #[arg(long, default_value_t = 32)]
-    pub max_degree: usize,
-    /// AttentionIndex: rank window of the projection.
-    #[arg(long, default_value_t = 8)]
-    pub window: usize,
-    /// AttentionIndex: number of entry points.
-    #[arg(long, default_value_t = 1)]
-    pub entry_count: usize,
-    /// AttentionIndex: the most recent keys used as extra entry points.
-    #[arg(long, default_value_t = 1)]
-    pub recent_entries: usize,
-    /// AttentionIndex: take entry points from the lists of the last N training queries (0: from
-    /// all of them).
-    #[arg(long, default_value_t = 0)]
-    pub recent_queries: usize,
-    /// AttentionIndex: pruning rule.
-    #[arg(long, value_enum, default_value_t = PruneArg::Top)]
-    pub prune: PruneArg,
-    /// AttentionIndex: sequence edges to each side.
-    #[arg(long, default_value_t = 1)]
-    pub sequence_edges: usize,
     /// Keep built indexes in this directory and reuse them in later runs with the same dump,
     /// heads, kinds and build parameters (index files plus JSON side files). Searches then run
     /// on the files read into huge pages (`LoadOptions::resident`); without a cache they run
     /// on the indexes as built.
     #[arg(long)]
     pub cache: Option<PathBuf>,
-    /// Build parameters of the baseline kinds (hnsw, ivf, vamana).
-    #[command(flatten)]
-    pub baseline: kinds::BaselineArgs,
 }
 
 /// One query set of a head: row-major queries and their exact top-k.
@@ -218,23 +190,22 @@ pub fn run(args: BenchArgs, devices: &Devices) -> Result<()> {
             }
             let input = kinds::HeadInput {
                 keys: &keys,
-                keys_f32,
                 train: &train,
                 layer,
                 head: h,
             };
-            for kind in &kinds {
+            for spec in &kinds {
                 let entry = args
                     .cache
                     .as_deref()
-                    .map(|dir| cache::Entry::new(dir, &args, kind, layer, h, n));
+                    .map(|dir| cache::Entry::new(dir, &args, spec, layer, h, n));
                 let built = match entry.as_ref().and_then(cache::Entry::load) {
                     Some(built) => {
-                        eprintln!("layer {layer} head {h} {kind}: loaded from the build cache");
+                        eprintln!("layer {layer} head {h} {spec}: loaded from the build cache");
                         built
                     }
                     None => {
-                        let built = kinds::build(kind, &input, &args, devices.knn())?;
+                        let built = kinds::build(spec, &input, devices.knn())?;
                         match &entry {
                             Some(entry) => {
                                 entry.store(&built)?;
@@ -286,40 +257,6 @@ pub fn run(args: BenchArgs, devices: &Devices) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-/// Training queries of query head `h`: its own prefill queries, or those of every query head
-/// of its GQA group, optionally strided down to `max` rows.
-pub(crate) fn training_queries(
-    q: &qkindex::dump::HeadTensor,
-    h: usize,
-    kv: usize,
-    group: usize,
-    pool: bool,
-    max: usize,
-) -> Vec<f32> {
-    let heads: Vec<usize> = if pool {
-        (kv * group..(kv + 1) * group).collect()
-    } else {
-        vec![h]
-    };
-    let d = q.dim;
-    let mut out = Vec::with_capacity(heads.len() * q.rows * d);
-    for hh in heads {
-        out.extend_from_slice(q.head(hh));
-    }
-    let rows = out.len() / d;
-    if max > 0 && rows > max {
-        let step = rows as f64 / max as f64;
-        let picked: Vec<f32> = (0..max)
-            .flat_map(|i| {
-                let r = (i as f64 * step) as usize;
-                out[r * d..(r + 1) * d].to_vec()
-            })
-            .collect();
-        return picked;
-    }
-    out
 }
 
 fn exact_set(

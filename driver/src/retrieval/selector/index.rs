@@ -3,30 +3,24 @@
 //! highest). With `step_seeds`, graph searches also start from the keys the same query head
 //! retrieved at the previous step.
 
-use qkindex::{Scratch, SearchOutput, SearchParams};
+use qkindex::{IndexSpec, Scratch, SearchOutput, SearchParams};
 
 use super::{HeadPrefill, Selection, Selector};
 use crate::model::ModelError;
-use crate::retrieval::rest::{RestIndex, RestKind};
+use crate::retrieval::rest::RestIndex;
 
-/// Builds the rest index of `kind` over the prefill's rest, trained on the group's prefill
-/// queries, in the policy's element type and with its AttentionIndex pruning.
+/// Builds the rest index `spec` names over the prefill's rest, trained on the group's prefill
+/// queries, in the policy's element type.
 pub(super) fn build_rest(
     prefill: &HeadPrefill<'_>,
-    kind: RestKind,
+    spec: &IndexSpec,
 ) -> Result<RestIndex, ModelError> {
-    let cfg = prefill.cfg;
-    let attention = qkindex::AttentionParams {
-        prune: cfg.prune,
-        ..Default::default()
-    };
     Ok(RestIndex::build(
-        kind,
+        spec,
         prefill.rest_keys().to_vec(),
         prefill.head_dim,
         prefill.queries()?,
-        cfg.store,
-        &attention,
+        prefill.cfg.store,
         prefill.knn,
     )?)
 }
@@ -43,13 +37,13 @@ pub struct Index {
     step_seeds: usize,
     /// Per query head: the rest ids retrieved at the previous step (`step_seeds`).
     prev: Vec<Vec<u32>>,
-    /// The search parameters with this step's seeds (reused: no allocation per search).
-    seeded: SearchParams,
+    /// This step's seeds (a reused buffer: no allocation per search).
+    seeds: Vec<u32>,
 }
 
 impl Index {
-    pub fn build(prefill: &HeadPrefill<'_>, kind: RestKind) -> Result<Self, ModelError> {
-        let rest = build_rest(prefill, kind)?;
+    pub fn build(prefill: &HeadPrefill<'_>, spec: &IndexSpec) -> Result<Self, ModelError> {
+        let rest = build_rest(prefill, spec)?;
         Ok(Index {
             scratch: Scratch::new(rest.len()),
             rest,
@@ -58,7 +52,7 @@ impl Index {
             found: SearchOutput::default(),
             step_seeds: prefill.cfg.step_seeds,
             prev: vec![Vec::new(); prefill.group],
-            seeded: SearchParams::default(),
+            seeds: Vec::new(),
         })
     }
 }
@@ -77,22 +71,26 @@ impl Selector for Index {
     }
 
     fn select(&mut self, j: usize, query: &[f32], out: &mut Selection) -> Result<(), ModelError> {
-        let params = if self.step_seeds > 0 {
-            let s = &mut self.seeded;
-            s.ef = self.params.ef;
-            s.nprobe = self.params.nprobe;
-            s.beam = self.params.beam;
-            s.seeds.clear();
-            s.seeds.extend(self.params.seeds.iter());
-            s.seeds.extend(self.prev[j].iter().take(self.step_seeds));
-            &self.seeded
-        } else {
-            &self.params
-        };
-        self.rest
-            .search(query, self.k, params, &mut self.scratch, &mut self.found)?;
         if self.step_seeds > 0 {
+            self.seeds.clear();
+            self.seeds.extend(self.prev[j].iter().take(self.step_seeds));
+            self.rest.search_seeded(
+                query,
+                self.k,
+                &self.params,
+                &self.seeds,
+                &mut self.scratch,
+                &mut self.found,
+            )?;
             self.prev[j].clone_from(&self.found.ids);
+        } else {
+            self.rest.search(
+                query,
+                self.k,
+                &self.params,
+                &mut self.scratch,
+                &mut self.found,
+            )?;
         }
         out.fill(&self.found.ids, self.found.stats.distance_computations);
         Ok(())

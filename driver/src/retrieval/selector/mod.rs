@@ -210,7 +210,7 @@ pub fn build(prefill: &HeadPrefill<'_>) -> Result<Box<dyn Selector>, ModelError>
     Ok(match prefill.cfg.kind {
         PolicyKind::Full | PolicyKind::Static => Box::new(static_only::StaticOnly),
         PolicyKind::ExactTopk => Box::new(scan::Scan::build(prefill)?),
-        PolicyKind::IndexTopk => Box::new(index::Index::build(prefill, prefill.cfg.index)?),
+        PolicyKind::IndexTopk => Box::new(index::Index::build(prefill, &prefill.cfg.index)?),
         PolicyKind::Retopk => Box::new(retopk::ReTopKSelector::build(prefill)?),
     })
 }

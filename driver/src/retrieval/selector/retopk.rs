@@ -10,7 +10,7 @@ use super::index::build_rest;
 use super::{HeadPrefill, Selection, Selector};
 use crate::model::ModelError;
 use crate::retrieval::ids::Pos;
-use crate::retrieval::rest::{RestIndex, RestKind};
+use crate::retrieval::rest::RestIndex;
 use crate::retrieval::stats::{ReTopKCounts, RetrievalStats};
 
 /// ReTopK over one KV head's rest.
@@ -29,16 +29,16 @@ pub struct ReTopKSelector {
 impl ReTopKSelector {
     pub fn build(prefill: &HeadPrefill<'_>) -> Result<Self, ModelError> {
         let cfg = prefill.cfg;
-        let kind = if cfg.retopk_index {
-            cfg.index
+        let spec = if cfg.retopk_index {
+            cfg.index.clone()
         } else {
-            RestKind::Flat
+            qkindex::IndexSpec::Flat
         };
-        let rest = build_rest(prefill, kind)?;
+        let rest = build_rest(prefill, &spec)?;
         let keys = rest.keys().ok_or_else(|| {
             qkindex::Error::invalid_param(
                 "index",
-                format!("{:?}", cfg.index),
+                cfg.index.to_string(),
                 "the ReTopK exact path takes attention or flat",
             )
         })?;

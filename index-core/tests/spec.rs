@@ -1,0 +1,405 @@
+//! `IndexSpec`: the one vocabulary of index kinds. Strings parse to the params they name, the
+//! canonical form round-trips, errors name the bad key, and every preset builds its kind.
+
+use proptest::prelude::*;
+use qkindex::attention::{EntryRule, Projection, Prune, TrainOn};
+use qkindex::ivf::Assignment;
+use qkindex::synth::ood;
+use qkindex::{
+    AnnIndex, AttentionParams, CpuKnn, Error, HnswParams, IndexKind, IndexSpec, IvfParams,
+    KeyStore, VamanaParams,
+};
+use std::sync::Arc;
+
+fn parse(s: &str) -> IndexSpec {
+    s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+}
+
+fn parse_err(s: &str) -> (&'static str, String, String) {
+    match s.parse::<IndexSpec>() {
+        Err(Error::InvalidParam {
+            name,
+            value,
+            reason,
+        }) => (name, value, reason),
+        other => panic!("{s}: expected InvalidParam, got {other:?}"),
+    }
+}
+
+#[test]
+fn strings_name_the_params() {
+    assert_eq!(
+        parse("attention"),
+        IndexSpec::Attention(AttentionParams::default())
+    );
+    assert_eq!(
+        parse("attention:kq=100,degree=32,prune=occlusion-fill"),
+        IndexSpec::Attention(AttentionParams {
+            kq: 100,
+            max_degree: 32,
+            prune: Prune::OcclusionFill,
+            ..AttentionParams::default()
+        })
+    );
+    assert_eq!(
+        parse("ivf:nlist=361"),
+        IndexSpec::Ivf(IvfParams {
+            nlist: Some(361),
+            ..IvfParams::default()
+        })
+    );
+    assert_eq!(
+        parse("hnsw-ip:m=16"),
+        IndexSpec::Hnsw(HnswParams::inner_product())
+    );
+    assert_eq!(
+        parse("hnsw:ef_construction=100"),
+        IndexSpec::Hnsw(HnswParams {
+            ef_construction: 100,
+            ..HnswParams::default()
+        }),
+        "`_` spells `-`"
+    );
+    assert_eq!(
+        parse("ivf-ip"),
+        IndexSpec::Ivf(IvfParams {
+            assignment: Assignment::InnerProduct,
+            ..IvfParams::default()
+        })
+    );
+    assert_eq!(
+        parse("robust-vamana"),
+        IndexSpec::Vamana(VamanaParams::robust())
+    );
+    assert_eq!(
+        parse("vamana:r=32, l=64 ,alpha=1.5"),
+        IndexSpec::Vamana(VamanaParams {
+            r: 32,
+            l: 64,
+            alpha: 1.5,
+            ..VamanaParams::default()
+        })
+    );
+    assert_eq!(
+        parse("roargraph-recipe"),
+        IndexSpec::Attention(AttentionParams::roargraph_recipe())
+    );
+    assert_eq!(
+        parse("key-graph"),
+        IndexSpec::Attention(AttentionParams::key_graph())
+    );
+    assert_eq!(
+        parse("attention:recent-queries=512,window=4,causal=true"),
+        IndexSpec::Attention(AttentionParams {
+            entry: EntryRule::RecentHub { queries: 512 },
+            projection: Projection::Rank { window: 4 },
+            causal: true,
+            ..AttentionParams::default()
+        })
+    );
+    // Keys apply in their fixed order, whatever order the string gives them in.
+    assert_eq!(
+        parse("roargraph-recipe:window=6,projection=rank"),
+        parse("roargraph-recipe:projection=rank,window=6")
+    );
+    assert_eq!(
+        parse("ivf:nlist=auto"),
+        IndexSpec::Ivf(IvfParams::default())
+    );
+}
+
+#[test]
+fn display_is_the_canonical_form() {
+    for name in IndexSpec::preset_names() {
+        let spec = parse(name);
+        assert_eq!(spec.to_string(), name, "a preset prints as its name");
+        assert_eq!(spec.name(), name);
+    }
+    assert_eq!(parse("ivf:nlist=361").to_string(), "ivf:nlist=361");
+    assert_eq!(parse("hnsw-ip:m=16").to_string(), "hnsw-ip");
+    assert_eq!(parse("hnsw-ip:m=32").to_string(), "hnsw-ip:m=32");
+    assert_eq!(
+        parse("attention:prune=top,kq=200").to_string(),
+        match AttentionParams::default().prune {
+            Prune::Top => "attention:kq=200",
+            _ => "attention:kq=200,prune=top",
+        }
+    );
+    // The preset needing the fewest keys: these are RoarGraph's parameters.
+    assert_eq!(
+        parse(
+            "attention:projection=pivot,prune=occlusion,degree=35,entry=l2-medoid,\
+             recent-entries=0,sequence-edges=0,build-ef=500"
+        )
+        .to_string(),
+        "roargraph-recipe"
+    );
+    assert_eq!(
+        parse("roargraph-recipe:degree=40").to_string(),
+        "roargraph-recipe:degree=40"
+    );
+}
+
+#[test]
+fn labels_and_properties() {
+    let cases = [
+        ("attention", IndexKind::Attention, "", true, true),
+        (
+            "roargraph-recipe",
+            IndexKind::Attention,
+            "roargraph-recipe",
+            true,
+            true,
+        ),
+        ("key-graph", IndexKind::Attention, "key-graph", false, true),
+        ("flat", IndexKind::Flat, "", false, true),
+        ("hnsw", IndexKind::Hnsw, "", false, false),
+        ("hnsw-ip:m=32", IndexKind::Hnsw, "ip:m=32", false, false),
+        ("ivf:nlist=361", IndexKind::Ivf, "nlist=361", false, false),
+        ("ivf-ip", IndexKind::Ivf, "ip", false, false),
+        ("vamana", IndexKind::Vamana, "", false, false),
+        ("robust-vamana", IndexKind::Vamana, "robust", true, false),
+    ];
+    for (s, kind, variant, queries, inserts) in cases {
+        let spec = parse(s);
+        assert_eq!(spec.kind(), kind, "{s}");
+        assert_eq!(spec.variant(), variant, "{s}");
+        assert_eq!(spec.needs_queries(), queries, "{s}");
+        assert_eq!(spec.inserts(), inserts, "{s}");
+    }
+}
+
+#[test]
+fn errors_name_the_bad_key_and_list_the_valid_ones() {
+    let (name, value, reason) = parse_err("foo");
+    assert_eq!((name, value.as_str()), ("kind", "foo"));
+    assert!(
+        reason.contains("attention") && reason.contains("robust-vamana"),
+        "{reason}"
+    );
+
+    let (name, value, reason) = parse_err("attention:fanout=4");
+    assert_eq!((name, value.as_str()), ("key", "fanout"));
+    assert!(
+        reason.contains("kq") && reason.contains("degree"),
+        "{reason}"
+    );
+
+    let (name, value, _) = parse_err("attention:degree=x");
+    assert_eq!((name, value.as_str()), ("degree", "x"));
+    // Range checks of the params, named by the key that sets the field.
+    let (name, value, _) = parse_err("attention:degree=0");
+    assert_eq!((name, value.as_str()), ("degree", "0"));
+    assert_eq!(parse_err("attention:build-ef=0").0, "build-ef");
+    assert_eq!(parse_err("attention:prune=fill").0, "prune");
+    assert_eq!(parse_err("attention:kq=1,kq=2").0, "kq");
+    assert_eq!(parse_err("attention:kq").0, "key");
+    assert_eq!(parse_err("attention:").0, "key");
+    assert_eq!(parse_err("attention:causal=yes").0, "causal");
+    assert_eq!(
+        parse_err("attention:entry=hub,recent-queries=8").0,
+        "recent-queries"
+    );
+    assert_eq!(parse_err("roargraph-recipe:window=4").0, "window");
+    let (name, _, reason) = parse_err("flat:m=1");
+    assert_eq!(name, "key");
+    assert!(reason.contains("no parameters"), "{reason}");
+    assert_eq!(parse_err("hnsw:m=1").0, "m");
+    assert_eq!(parse_err("ivf:nlist=0").0, "nlist");
+    assert_eq!(parse_err("vamana:alpha=0.5").0, "alpha");
+    assert_eq!(
+        parse_err("robust-vamana:stitch-reserve=64").0,
+        "stitch-reserve"
+    );
+}
+
+#[test]
+fn serde_reads_and_writes_the_string() {
+    let spec = parse("ivf:nlist=361");
+    let json = serde_json::to_string(&spec).expect("serializes");
+    assert_eq!(json, "\"ivf:nlist=361\"");
+    let back: IndexSpec = serde_json::from_str(&json).expect("deserializes");
+    assert_eq!(back, spec);
+    assert!(serde_json::from_str::<IndexSpec>("\"ivf:bad=1\"").is_err());
+}
+
+#[test]
+fn every_preset_builds_its_kind_with_its_phases() {
+    let dim = 16;
+    let data = ood(400, 20, dim, 9);
+    let keys = Arc::new(KeyStore::from_f32(data.keys.clone(), dim).expect("keys"));
+    for name in IndexSpec::preset_names() {
+        let spec = parse(name);
+        let built = spec
+            .build_with(
+                keys.clone(),
+                &data.train_queries,
+                &CpuKnn,
+                &qkindex::Cancel::new(),
+            )
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(built.index.kind(), spec.kind(), "{name}");
+        assert_eq!(built.index.len(), 400, "{name}");
+        let phases: Vec<&str> = built.phases.iter().map(|p| p.0).collect();
+        let want: &[&str] = match spec.kind() {
+            IndexKind::Attention => &["total", "knn", "projection", "connectivity"],
+            IndexKind::Flat => &["total"],
+            IndexKind::Hnsw => &["total", "prepare", "insert", "finalize"],
+            IndexKind::Ivf => &["total", "kmeans", "assign"],
+            IndexKind::Vamana => &["total", "pass1", "pass2", "knn", "stitch", "connectivity"],
+        };
+        assert_eq!(phases, want, "{name}");
+        if let Some(a) = built.index.as_attention() {
+            let trained_on = if name == "key-graph" {
+                400
+            } else {
+                data.train_queries.len() / dim
+            };
+            assert_eq!(a.build_stats().train_queries, trained_on, "{name}");
+        }
+    }
+    // RobustVamana reads the training queries; the key graph does not need any.
+    assert!(matches!(
+        parse("robust-vamana").build(keys.clone(), &[], &CpuKnn),
+        Err(Error::DimensionMismatch { .. } | Error::InvalidParam { .. } | Error::Empty { .. })
+    ));
+    let kg = parse("key-graph")
+        .build(keys.clone(), &[], &CpuKnn)
+        .expect("key graph");
+    let kg = kg.as_attention().expect("attention");
+    assert_eq!(kg.params().train_on, TrainOn::Keys);
+    let cancel = qkindex::Cancel::new();
+    cancel.cancel();
+    for name in IndexSpec::preset_names() {
+        assert!(
+            matches!(
+                parse(name).build_with(keys.clone(), &data.train_queries, &CpuKnn, &cancel),
+                Err(Error::Cancelled { .. })
+            ),
+            "{name}: a cancelled build stops"
+        );
+    }
+}
+
+fn attention_params() -> impl Strategy<Value = AttentionParams> {
+    (
+        (1usize..500, 1usize..64),
+        prop_oneof![
+            Just(Projection::Pivot),
+            (1usize..16).prop_map(|window| Projection::Rank { window })
+        ],
+        prop_oneof![
+            Just(Prune::Top),
+            Just(Prune::Occlusion),
+            Just(Prune::OcclusionFill)
+        ],
+        prop_oneof![
+            Just(EntryRule::Hub),
+            Just(EntryRule::L2Medoid),
+            (0usize..2000).prop_map(|queries| EntryRule::RecentHub { queries })
+        ],
+        (1usize..8, 0usize..4, 0usize..4),
+        (1usize..600, 1usize..300, any::<bool>()),
+        prop_oneof![Just(TrainOn::Queries), Just(TrainOn::Keys)],
+    )
+        .prop_map(
+            |((kq, max_degree), projection, prune, entry, (ec, re, se), (be, de, causal), t)| {
+                AttentionParams {
+                    kq,
+                    max_degree,
+                    projection,
+                    prune,
+                    entry,
+                    entry_count: ec,
+                    recent_entries: re,
+                    sequence_edges: se,
+                    build_ef: be,
+                    default_ef: de,
+                    causal,
+                    train_on: t,
+                }
+            },
+        )
+}
+
+fn spec_strategy() -> impl Strategy<Value = IndexSpec> {
+    prop_oneof![
+        attention_params().prop_map(IndexSpec::Attention),
+        Just(IndexSpec::Flat),
+        (
+            2usize..64,
+            1usize..400,
+            any::<bool>(),
+            any::<bool>(),
+            any::<u64>(),
+            1usize..300
+        )
+            .prop_map(
+                |(m, ef_construction, l2_reduction, keep_pruned, seed, de)| {
+                    IndexSpec::Hnsw(HnswParams {
+                        m,
+                        ef_construction,
+                        l2_reduction,
+                        keep_pruned,
+                        seed,
+                        default_ef: de,
+                    })
+                }
+            ),
+        (
+            prop::option::of(1usize..5000),
+            0usize..30,
+            any::<bool>(),
+            1usize..1000,
+            any::<u64>(),
+            1usize..200
+        )
+            .prop_map(|(nlist, iters, spherical, mtpl, seed, nprobe)| {
+                IndexSpec::Ivf(IvfParams {
+                    nlist,
+                    iters,
+                    assignment: if spherical {
+                        Assignment::Spherical
+                    } else {
+                        Assignment::InnerProduct
+                    },
+                    max_train_per_list: mtpl,
+                    seed,
+                    default_nprobe: nprobe,
+                })
+            }),
+        (
+            (1usize..128, 1usize..300, 1.0f32..3.0),
+            (any::<bool>(), 2usize..64, 0usize..128),
+            (any::<u64>(), 1e-4f64..=1.0, 1usize..300)
+        )
+            .prop_map(|((r, l, alpha), (robust, t, reserve), (seed, frac, de))| {
+                IndexSpec::Vamana(VamanaParams {
+                    r,
+                    l,
+                    alpha,
+                    robust,
+                    stitch_t: t,
+                    stitch_reserve: reserve % r,
+                    seed,
+                    max_batch_fraction: frac,
+                    default_ef: de,
+                })
+            }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Display → FromStr gives the spec back, and the canonical form is a fixed point.
+    #[test]
+    fn display_round_trips(spec in spec_strategy()) {
+        let text = spec.to_string();
+        let back: IndexSpec = text.parse().map_err(|e| TestCaseError::fail(format!("{text}: {e}")))?;
+        prop_assert_eq!(&back, &spec, "{}", text);
+        prop_assert_eq!(back.to_string(), text);
+        let json = serde_json::to_string(&spec).expect("serializes");
+        prop_assert_eq!(serde_json::from_str::<IndexSpec>(&json).expect("deserializes"), spec);
+    }
+}
