@@ -123,20 +123,14 @@ fn write_current_version_fixtures() {
             .expect("keys"),
     );
     let k32 = Arc::new(KeyStore::from_f32(data.keys.clone(), dim).expect("keys"));
-    let a16 = AttentionIndex::build(
-        k16.clone(),
-        &data.train_queries,
-        &AttentionParams::default(),
-        &CpuKnn,
-    )
-    .expect("build");
-    let a32 = AttentionIndex::build(
-        k32,
-        &data.train_queries,
-        &AttentionParams::default(),
-        &CpuKnn,
-    )
-    .expect("build");
+    // The v1 fixtures were written when top pruning was the default.
+    let params = AttentionParams {
+        prune: qkindex::attention::Prune::Top,
+        ..AttentionParams::default()
+    };
+    let a16 =
+        AttentionIndex::build(k16.clone(), &data.train_queries, &params, &CpuKnn).expect("build");
+    let a32 = AttentionIndex::build(k32, &data.train_queries, &params, &CpuKnn).expect("build");
     let flat = FlatIndex::new(k16);
     a16.save(dir.join("attention-f16.qki")).expect("save");
     a32.save(dir.join("attention-f32.qki")).expect("save");

@@ -277,11 +277,11 @@ impl AttentionIndex {
 #[pymethods]
 impl AttentionIndex {
     /// Builds the index over `keys` (`[n, d]`, float16 or float32; stored as given) from
-    /// `train_queries` (`[m, d]`, the head's prefill queries). `prune`: `"top"` (default),
-    /// `"occlusion"` or `"occlusion-fill"` (what the decode driver builds: more robust to queries
-    /// unlike the training ones).
+    /// `train_queries` (`[m, d]`, the head's prefill queries). `prune`: `"occlusion-fill"`
+    /// (default: the library's, also what the decode driver builds; more robust to queries
+    /// unlike the training ones), `"top"` or `"occlusion"`.
     #[staticmethod]
-    #[pyo3(signature = (keys, train_queries, *, kq=100, max_degree=32, build_ef=200, default_ef=128, causal=false, prune="top", device="auto"))]
+    #[pyo3(signature = (keys, train_queries, *, kq=100, max_degree=32, build_ef=200, default_ef=128, causal=false, prune="occlusion-fill", device="auto"))]
     #[allow(clippy::too_many_arguments)]
     fn build(
         py: Python<'_>,

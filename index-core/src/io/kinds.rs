@@ -1,6 +1,6 @@
 //! Per-kind encoding and decoding. Adding an index kind to the format takes an impl of
-//! [`Persist`] (which sections it writes) and an arm in [`decode`] (how they come back), plus a
-//! variant of [`AnyIndex`].
+//! [`Persist`] (which sections it writes, and its PARAMS) and an arm in [`decode`] (how they
+//! come back), plus a variant of [`AnyIndex`].
 
 use super::format::{FileKind, SectionKind};
 use super::reader::RawFile;
@@ -14,8 +14,7 @@ use crate::error::{Error, Result};
 use crate::flat::FlatIndex;
 use crate::hnsw::HnswIndex;
 use crate::ivf::IvfIndex;
-use crate::search::AnnIndex;
-use crate::search::IndexKind;
+use crate::search::{AnnIndex, IndexKind};
 use crate::store::{Dtype, KeyStore, KeysRef};
 use crate::vamana::VamanaIndex;
 use std::path::Path;

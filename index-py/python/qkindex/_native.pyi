@@ -68,7 +68,7 @@ class AttentionIndex:
         build_ef: int = 200,
         default_ef: int = 128,
         causal: bool = False,
-        prune: str = "top",
+        prune: str = "occlusion-fill",
         device: str = "auto",
     ) -> "AttentionIndex": ...
     def search(
