@@ -34,7 +34,7 @@ hnsw_stats.ndis, upper levels included, from one extra untimed batch call). hnsw
 a counter, so both are null for hnswlib rows (never estimated).
 
 Both HNSW peers take --M and --ef-construction (defaults 16 and 200, the defaults of
-`qkindex bench --hnsw-m --ef-construction`): pass the same values to both programs.
+`qkindex bench --kinds hnsw:m=16,ef-construction=200`): pass the same values to both programs.
 
 Packages: unless --no-venv is given, the script creates a virtual environment (--venv, default
 benches/.venv-peers), installs benches/requirements-peers.txt into it with pip (again only when
@@ -647,9 +647,9 @@ def main():
                     help="faiss IVF list counts, comma list: one IVF index per value (default round(4*sqrt(n)))")
     ap.add_argument("--ivf-iters", type=int, default=10, help="faiss IVF k-means iterations (default 10, faiss' default)")
     ap.add_argument("--M", type=int, default=16,
-                    help="HNSW M of hnswlib and faiss-hnsw (default 16, as qkindex bench --hnsw-m)")
+                    help="HNSW M of hnswlib and faiss-hnsw (default 16, as qkindex bench --kinds hnsw:m=16)")
     ap.add_argument("--ef-construction", type=int, default=200,
-                    help="HNSW ef_construction of hnswlib and faiss-hnsw (default 200, as qkindex bench --ef-construction)")
+                    help="HNSW ef_construction of hnswlib and faiss-hnsw (default 200, as qkindex bench --kinds hnsw:ef-construction=200)")
     ap.add_argument("--repeat", type=int, default=3, help="batch-call repetitions; QPS uses the median (default 3)")
     ap.add_argument("--latency-samples", type=int, default=1000,
                     help="minimum single-query calls for p50/p99 (default 1000)")
