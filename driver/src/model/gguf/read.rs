@@ -397,7 +397,7 @@ mod tests {
             &[
                 ("m", &[3, 2], 0, &f32s),
                 ("q", &[32], 8, &q8),
-                ("k4", &[256], 12, &[0u8; 144]),
+                ("k5", &[256], 13, &[0u8; 176]),
             ],
         )
     }
@@ -422,8 +422,8 @@ mod tests {
             Err(ModelError::Tensor { .. })
         ));
         assert!(matches!(
-            g.dequantize("k4", &[256]),
-            Err(ModelError::UnsupportedType { type_id: 12, .. })
+            g.dequantize("k5", &[256]),
+            Err(ModelError::UnsupportedType { type_id: 13, .. })
         ));
         assert!(matches!(
             g.meta_u64("missing"),
