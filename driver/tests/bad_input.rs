@@ -33,7 +33,7 @@ fn values(n: usize, seed: f32) -> Vec<u8> {
         .collect()
 }
 
-/// A tiny Llama GGUF; `bad_type` gives `blk.0.attn_q.weight` ggml type 12 (Q4_K) instead.
+/// A tiny Llama GGUF; `bad_type` gives `blk.0.attn_q.weight` ggml type 13 (Q5_K, not read) instead.
 fn tiny_gguf(bad_type: bool) -> Vec<u8> {
     let mut tokens = vec![
         MetaValue::Str("<|endoftext|>".into()),
@@ -89,8 +89,8 @@ fn tiny_gguf(bad_type: bool) -> Vec<u8> {
         };
         push("attn_norm.weight", vec![DIM], 0, ones.clone());
         if bad_type && l == 0 {
-            // Q4_K: 256 weights in 144 bytes; DIM × DIM = 256.
-            push("attn_q.weight", vec![DIM, HEADS * hd], 12, vec![0u8; 144]);
+            // Q5_K: 256 weights in 176 bytes; DIM × DIM = 256.
+            push("attn_q.weight", vec![DIM, HEADS * hd], 13, vec![0u8; 176]);
         } else {
             push(
                 "attn_q.weight",
@@ -228,11 +228,11 @@ fn missing_truncated_and_wrong_checksum() {
 
 #[test]
 fn unsupported_tensor_type_is_named() {
-    let p = tmp("tiny-q4k.gguf", &tiny_gguf(true));
-    let e = Model::load(&p, None, &Devices::cpu()).expect_err("Q4_K");
+    let p = tmp("tiny-q5k.gguf", &tiny_gguf(true));
+    let e = Model::load(&p, None, &Devices::cpu()).expect_err("Q5_K");
     assert!(
-        matches!(e, ModelError::UnsupportedType { type_id: 12, .. }),
+        matches!(e, ModelError::UnsupportedType { type_id: 13, .. }),
         "{e}"
     );
-    assert!(e.to_string().contains("Q4_K"), "{e}");
+    assert!(e.to_string().contains("Q5_K"), "{e}");
 }
