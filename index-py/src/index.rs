@@ -267,7 +267,7 @@ impl AttentionIndex {
     pub fn wrap(inner: qkindex::AttentionIndex) -> Self {
         AttentionIndex {
             dim: inner.dim(),
-            dtype: inner.keys().dtype().to_string(),
+            dtype: inner.keys().dtype().numpy_name().to_string(),
             inner: Arc::new(inner),
             pool: Pool::default(),
         }
@@ -392,7 +392,7 @@ impl FlatIndex {
     pub fn wrap(inner: qkindex::FlatIndex) -> Self {
         FlatIndex {
             dim: inner.dim(),
-            dtype: inner.keys().dtype().to_string(),
+            dtype: inner.keys().dtype().numpy_name().to_string(),
             inner: Arc::new(inner),
             pool: Pool::default(),
         }
