@@ -125,23 +125,13 @@ pub trait AnnIndex: Send + Sync {
     fn memory_bytes(&self) -> usize;
 
     /// Searches the `k` keys with the largest `query · key` and writes them into `out` (cleared
-    /// first), best first. Reuses `scratch` and `out`; allocates nothing once they have grown.
+    /// first), best first, starting graph searches also from `seeds` (key ids, for example keys
+    /// recalled by ReTopK or retrieved at the previous decode step): graph kinds add them to
+    /// their entry points (ids out of range are ignored); kinds without entry points (flat, IVF)
+    /// ignore them. Reuses `scratch` and `out`; allocates nothing once they have grown.
     ///
     /// Errors: a query of the wrong dimension or with non-finite values, `k == 0`, `k > n`,
     /// and parameters the kind rejects.
-    fn search_into(
-        &self,
-        query: &[f32],
-        k: usize,
-        params: &SearchParams,
-        scratch: &mut Scratch,
-        out: &mut SearchOutput,
-    ) -> Result<()>;
-
-    /// [`AnnIndex::search_into`] that also starts from `seeds` (key ids, for example keys
-    /// recalled by ReTopK or retrieved at the previous decode step): graph kinds add them to
-    /// their entry points (ids out of range are ignored); kinds without entry points (flat,
-    /// IVF) ignore them.
     fn search_seeded(
         &self,
         query: &[f32],
@@ -150,9 +140,18 @@ pub trait AnnIndex: Send + Sync {
         seeds: &[u32],
         scratch: &mut Scratch,
         out: &mut SearchOutput,
+    ) -> Result<()>;
+
+    /// [`AnnIndex::search_seeded`] without seeds.
+    fn search_into(
+        &self,
+        query: &[f32],
+        k: usize,
+        params: &SearchParams,
+        scratch: &mut Scratch,
+        out: &mut SearchOutput,
     ) -> Result<()> {
-        let _ = seeds;
-        self.search_into(query, k, params, scratch, out)
+        self.search_seeded(query, k, params, &[], scratch, out)
     }
 
     /// [`AnnIndex::search_into`] returning a fresh output.

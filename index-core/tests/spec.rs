@@ -303,21 +303,18 @@ fn attention_params() -> impl Strategy<Value = AttentionParams> {
         prop_oneof![Just(TrainOn::Queries), Just(TrainOn::Keys)],
     )
         .prop_map(
-            |((kq, max_degree), projection, prune, entry, (ec, re, se), (be, de, causal), t)| {
-                AttentionParams {
-                    kq,
-                    max_degree,
+            |(sizes, projection, prune, entry, counts, search, train_on)| {
+                let mut p = AttentionParams {
                     projection,
                     prune,
                     entry,
-                    entry_count: ec,
-                    recent_entries: re,
-                    sequence_edges: se,
-                    build_ef: be,
-                    default_ef: de,
-                    causal,
-                    train_on: t,
-                }
+                    train_on,
+                    ..AttentionParams::default()
+                };
+                (p.kq, p.max_degree) = sizes;
+                (p.entry_count, p.recent_entries, p.sequence_edges) = counts;
+                (p.build_ef, p.default_ef, p.causal) = search;
+                p
             },
         )
 }

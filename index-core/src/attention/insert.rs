@@ -14,7 +14,7 @@
 
 use super::{Adjacency, AttentionIndex, Prune};
 use crate::error::{check_finite, Error, Result};
-use crate::graph::{prune, BeamSettings};
+use crate::graph::{beam_search, prune, BeamSettings};
 use crate::scratch::Scratch;
 use crate::search::SearchOutput;
 use crate::store::KeyStore;
@@ -166,8 +166,15 @@ impl AttentionIndex {
         let mut out = SearchOutput::default();
         let settings = BeamSettings::new(ef, k);
         for q in queries {
-            self.graph
-                .search(&scorer, q, &[&self.entries], &settings, scratch, &mut out);
+            beam_search(
+                &self.graph,
+                &scorer,
+                q,
+                &[&self.entries],
+                &settings,
+                scratch,
+                &mut out,
+            );
             searches.push(std::mem::take(&mut out.ids));
         }
         let mut merged = Vec::with_capacity(k * searches.len());

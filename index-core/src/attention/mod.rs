@@ -26,11 +26,11 @@ pub use params::{AttentionParams, EntryRule, Projection, TrainOn};
 
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
-use crate::graph::{beam_search, BeamSettings, Csr};
+use crate::graph::{beam_search, BeamSettings, Csr, Neighbors};
 use crate::knn::KnnBackend;
 use crate::scratch::Scratch;
 use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams};
-use crate::store::{KeyStore, Scorer};
+use crate::store::KeyStore;
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -56,22 +56,19 @@ enum Adjacency {
     Growing(Vec<Vec<u32>>),
 }
 
-impl Adjacency {
-    /// [`beam_search`] on whichever form the adjacency has.
-    fn search(
-        &self,
-        scorer: &Scorer<'_>,
-        query: &[f32],
-        entries: &[&[u32]],
-        settings: &BeamSettings,
-        scratch: &mut Scratch,
-        out: &mut SearchOutput,
-    ) {
+/// Searches run on either form (one predictable branch per expanded node).
+impl Neighbors for Adjacency {
+    fn node_count(&self) -> usize {
         match self {
-            Adjacency::Frozen(g) => beam_search(g, scorer, query, entries, settings, scratch, out),
-            Adjacency::Growing(l) => {
-                beam_search(l.as_slice(), scorer, query, entries, settings, scratch, out)
-            }
+            Adjacency::Frozen(g) => g.len(),
+            Adjacency::Growing(l) => l.len(),
+        }
+    }
+    #[inline]
+    fn neighbors_of(&self, v: u32) -> &[u32] {
+        match self {
+            Adjacency::Frozen(g) => g.neighbors(v),
+            Adjacency::Growing(l) => l.neighbors_of(v),
         }
     }
 }
@@ -202,17 +199,6 @@ impl AnnIndex for AttentionIndex {
         graph + std::mem::size_of_val(self.entries.as_slice())
     }
 
-    fn search_into(
-        &self,
-        query: &[f32],
-        k: usize,
-        params: &SearchParams,
-        scratch: &mut Scratch,
-        out: &mut SearchOutput,
-    ) -> Result<()> {
-        self.search_seeded(query, k, params, &[], scratch, out)
-    }
-
     fn search_seeded(
         &self,
         query: &[f32],
@@ -226,8 +212,15 @@ impl AnnIndex for AttentionIndex {
         let settings = BeamSettings::for_search(params, k, self.params.default_ef)?;
         let scorer = self.keys.scorer();
         let entries: [&[u32]; 2] = [&self.entries, seeds];
-        self.graph
-            .search(&scorer, query, &entries, &settings, scratch, out);
+        beam_search(
+            &self.graph,
+            &scorer,
+            query,
+            &entries,
+            &settings,
+            scratch,
+            out,
+        );
         Ok(())
     }
 }

@@ -51,11 +51,12 @@ impl AnnIndex for FlatIndex {
         0
     }
 
-    fn search_into(
+    fn search_seeded(
         &self,
         query: &[f32],
         k: usize,
         _params: &SearchParams,
+        _seeds: &[u32],
         scratch: &mut Scratch,
         out: &mut SearchOutput,
     ) -> Result<()> {

@@ -70,25 +70,37 @@ pub fn beam_search<G: Neighbors + ?Sized>(
     scratch: &mut Scratch,
     out: &mut SearchOutput,
 ) {
+    let job = Job {
+        graph,
+        scorer,
+        query,
+        entries,
+        settings: *settings,
+    };
     #[cfg(target_arch = "x86_64")]
     match search_isa() {
         SearchIsa::Avx512 => {
             // SAFETY: `search_isa` returns Avx512 only when every feature that
             // `beam_search_avx512` enables was detected on this CPU.
-            return unsafe {
-                beam_search_avx512(graph, scorer, query, entries, settings, scratch, out)
-            };
+            return unsafe { beam_search_avx512(&job, scratch, out) };
         }
         SearchIsa::Avx2 => {
             // SAFETY: `search_isa` returns Avx2 only when every feature that `beam_search_avx2`
             // enables was detected on this CPU.
-            return unsafe {
-                beam_search_avx2(graph, scorer, query, entries, settings, scratch, out)
-            };
+            return unsafe { beam_search_avx2(&job, scratch, out) };
         }
         SearchIsa::Baseline => {}
     }
-    beam_search_impl(graph, scorer, query, entries, settings, scratch, out)
+    beam_search_impl(&job, scratch, out)
+}
+
+/// The arguments of one [`beam_search`], as the compiled versions of its loop take them.
+struct Job<'a, G: ?Sized> {
+    graph: &'a G,
+    scorer: &'a Scorer<'a>,
+    query: &'a [f32],
+    entries: &'a [&'a [u32]],
+    settings: BeamSettings,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -125,45 +137,40 @@ fn search_isa() -> SearchIsa {
     })
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,bmi1,bmi2,popcnt,lzcnt")]
-unsafe fn beam_search_avx2<G: Neighbors + ?Sized>(
-    graph: &G,
-    scorer: &Scorer<'_>,
-    query: &[f32],
-    entries: &[&[u32]],
-    settings: &BeamSettings,
-    scratch: &mut Scratch,
-    out: &mut SearchOutput,
-) {
-    beam_search_impl(graph, scorer, query, entries, settings, scratch, out)
+/// [`beam_search_impl`] compiled with `$features` enabled (callers check them first).
+macro_rules! beam_search_with_features {
+    ($name:ident, $features:literal) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        unsafe fn $name<G: Neighbors + ?Sized>(
+            job: &Job<'_, G>,
+            scratch: &mut Scratch,
+            out: &mut SearchOutput,
+        ) {
+            beam_search_impl(job, scratch, out)
+        }
+    };
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c,bmi1,bmi2,popcnt,lzcnt")]
-unsafe fn beam_search_avx512<G: Neighbors + ?Sized>(
-    graph: &G,
-    scorer: &Scorer<'_>,
-    query: &[f32],
-    entries: &[&[u32]],
-    settings: &BeamSettings,
-    scratch: &mut Scratch,
-    out: &mut SearchOutput,
-) {
-    beam_search_impl(graph, scorer, query, entries, settings, scratch, out)
-}
+beam_search_with_features!(beam_search_avx2, "avx2,fma,f16c,bmi1,bmi2,popcnt,lzcnt");
+beam_search_with_features!(
+    beam_search_avx512,
+    "avx512f,avx512bw,avx512vl,avx2,fma,f16c,bmi1,bmi2,popcnt,lzcnt"
+);
 
 #[inline(always)]
 fn beam_search_impl<G: Neighbors + ?Sized>(
-    graph: &G,
-    scorer: &Scorer<'_>,
-    query: &[f32],
-    entries: &[&[u32]],
-    settings: &BeamSettings,
+    job: &Job<'_, G>,
     scratch: &mut Scratch,
     out: &mut SearchOutput,
 ) {
-    let BeamSettings { ef, k, width } = *settings;
+    let Job {
+        graph,
+        scorer,
+        query,
+        entries,
+        settings: BeamSettings { ef, k, width },
+    } = *job;
     out.clear();
     let n = graph.node_count();
     let Scratch {

@@ -156,17 +156,6 @@ impl AnnIndex for HnswIndex {
         self.level0.bytes() + self.upper.bytes()
     }
 
-    fn search_into(
-        &self,
-        query: &[f32],
-        k: usize,
-        params: &SearchParams,
-        scratch: &mut Scratch,
-        out: &mut SearchOutput,
-    ) -> Result<()> {
-        self.search_seeded(query, k, params, &[], scratch, out)
-    }
-
     fn search_seeded(
         &self,
         query: &[f32],

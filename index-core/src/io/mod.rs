@@ -238,16 +238,6 @@ impl AnnIndex for AnyIndex {
     fn memory_bytes(&self) -> usize {
         self.as_dyn().memory_bytes()
     }
-    fn search_into(
-        &self,
-        query: &[f32],
-        k: usize,
-        params: &SearchParams,
-        scratch: &mut Scratch,
-        out: &mut SearchOutput,
-    ) -> Result<()> {
-        self.as_dyn().search_into(query, k, params, scratch, out)
-    }
     fn search_seeded(
         &self,
         query: &[f32],

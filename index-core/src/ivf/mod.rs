@@ -351,11 +351,12 @@ impl AnnIndex for IvfIndex {
         self.bytes()
     }
 
-    fn search_into(
+    fn search_seeded(
         &self,
         query: &[f32],
         k: usize,
         params: &SearchParams,
+        _seeds: &[u32],
         scratch: &mut Scratch,
         out: &mut SearchOutput,
     ) -> Result<()> {

@@ -220,74 +220,23 @@ impl IndexSpec {
         knn: &dyn KnnBackend,
         cancel: &Cancel,
     ) -> Result<BuiltIndex> {
-        let built = match self {
+        let index: AnyIndex = match self {
             IndexSpec::Attention(p) => {
-                let index = AttentionIndex::build_with(keys, train_queries, p, knn, cancel)?;
-                let s = index.build_stats();
-                let phases = vec![
-                    ("total", s.total_s),
-                    ("knn", s.knn_s),
-                    ("projection", s.projection_s),
-                    ("connectivity", s.connectivity_s),
-                ];
-                BuiltIndex {
-                    index: index.into(),
-                    phases,
-                }
+                AttentionIndex::build_with(keys, train_queries, p, knn, cancel)?.into()
             }
             IndexSpec::Flat => {
                 cancel.check("FlatIndex build")?;
-                BuiltIndex {
-                    index: FlatIndex::new(keys).into(),
-                    phases: vec![("total", 0.0)],
-                }
+                FlatIndex::new(keys).into()
             }
-            IndexSpec::Hnsw(p) => {
-                let index = HnswIndex::build_with(keys, p, cancel)?;
-                let s = index.build_stats();
-                let phases = vec![
-                    ("total", s.total_s),
-                    ("prepare", s.prepare_s),
-                    ("insert", s.insert_s),
-                    ("finalize", s.finalize_s),
-                ];
-                BuiltIndex {
-                    index: index.into(),
-                    phases,
-                }
-            }
-            IndexSpec::Ivf(p) => {
-                let index = IvfIndex::build_with(&keys, p, cancel)?;
-                let s = index.build_stats();
-                let phases = vec![
-                    ("total", s.total_s),
-                    ("kmeans", s.kmeans_s),
-                    ("assign", s.assign_s),
-                ];
-                BuiltIndex {
-                    index: index.into(),
-                    phases,
-                }
-            }
+            IndexSpec::Hnsw(p) => HnswIndex::build_with(keys, p, cancel)?.into(),
+            IndexSpec::Ivf(p) => IvfIndex::build_with(&keys, p, cancel)?.into(),
             IndexSpec::Vamana(p) => {
                 let train = p.robust.then_some(train_queries);
-                let index = VamanaIndex::build_with(keys, train, p, knn, cancel)?;
-                let s = index.build_stats();
-                let phases = vec![
-                    ("total", s.total_s),
-                    ("pass1", s.pass1_s),
-                    ("pass2", s.pass2_s),
-                    ("knn", s.knn_s),
-                    ("stitch", s.stitch_s),
-                    ("connectivity", s.connectivity_s),
-                ];
-                BuiltIndex {
-                    index: index.into(),
-                    phases,
-                }
+                VamanaIndex::build_with(keys, train, p, knn, cancel)?.into()
             }
         };
-        Ok(built)
+        let phases = phases(&index);
+        Ok(BuiltIndex { index, phases })
     }
 
     /// The canonical preset (an index into [`PRESETS`]) and the keys that differ from it
@@ -321,6 +270,50 @@ impl IndexSpec {
             .collect::<Vec<_>>()
             .join(",");
         (preset, keys)
+    }
+}
+
+/// The phases of [`BuiltIndex::phases`], from a fresh index's build stats.
+fn phases(index: &AnyIndex) -> Vec<(&'static str, f64)> {
+    match index {
+        AnyIndex::Attention(a) => {
+            let s = a.build_stats();
+            vec![
+                ("total", s.total_s),
+                ("knn", s.knn_s),
+                ("projection", s.projection_s),
+                ("connectivity", s.connectivity_s),
+            ]
+        }
+        AnyIndex::Hnsw(h) => {
+            let s = h.build_stats();
+            vec![
+                ("total", s.total_s),
+                ("prepare", s.prepare_s),
+                ("insert", s.insert_s),
+                ("finalize", s.finalize_s),
+            ]
+        }
+        AnyIndex::Ivf(i) => {
+            let s = i.build_stats();
+            vec![
+                ("total", s.total_s),
+                ("kmeans", s.kmeans_s),
+                ("assign", s.assign_s),
+            ]
+        }
+        AnyIndex::Vamana(v) => {
+            let s = v.build_stats();
+            vec![
+                ("total", s.total_s),
+                ("pass1", s.pass1_s),
+                ("pass2", s.pass2_s),
+                ("knn", s.knn_s),
+                ("stitch", s.stitch_s),
+                ("connectivity", s.connectivity_s),
+            ]
+        }
+        AnyIndex::Flat(_) => vec![("total", 0.0)],
     }
 }
 

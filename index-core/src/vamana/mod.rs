@@ -152,17 +152,6 @@ impl AnnIndex for VamanaIndex {
         self.graph.bytes() + std::mem::size_of::<u32>()
     }
 
-    fn search_into(
-        &self,
-        query: &[f32],
-        k: usize,
-        params: &SearchParams,
-        scratch: &mut Scratch,
-        out: &mut SearchOutput,
-    ) -> Result<()> {
-        self.search_seeded(query, k, params, &[], scratch, out)
-    }
-
     fn search_seeded(
         &self,
         query: &[f32],
