@@ -100,6 +100,12 @@ fn grown_index_matches_a_rebuild() {
     let path = dir.path().join("grown.qki");
     grown.save(&path).expect("valid test input");
     let loaded = qkindex::io::load(&path, &Default::default()).expect("valid test input");
+    // The file holds the grown graph, every edge of it (`graph()` assembles the lists or fails;
+    // it never hands the writer an empty graph).
+    let saved = loaded.as_attention().expect("an attention index");
+    assert_eq!(*saved.graph().expect("graph"), *g);
+    assert_eq!(saved.edges(), grown.edges());
+    assert!(grown.edges() >= n, "{} edges", grown.edges());
     let q = &data.test_queries[..DIM];
     let a = grown
         .search(q, 10, &SearchParams::with_ef(64), &mut scratch)
