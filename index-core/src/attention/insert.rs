@@ -27,9 +27,9 @@ pub const MAX_GUIDES: usize = 4;
 const REPLACE_CANDIDATES: usize = 8;
 
 impl AttentionIndex {
-    /// Appends `key` (its id is the previous [`AnnIndex::len`]) and links it into the graph,
-    /// guided by `guides` (row-major queries, a multiple of `dim` values; the first
-    /// [`MAX_GUIDES`] are used; may be empty). Returns the new id.
+    /// Appends `key` (its id is the previous [`crate::AnnIndex::len`]) and links it into the
+    /// graph, guided by `guides` (row-major queries, a multiple of `dim` values; the first
+    /// `MAX_GUIDES` (4) are used; may be empty). Returns the new id.
     ///
     /// The key store is copied first when other handles share it (copy-on-write), so indexes
     /// built on the same store keep their own keys. After inserts, with sequence edges, the

@@ -20,7 +20,8 @@ pub struct ReTopKParams {
     /// Ids selected per step (`K`; capped at the number of keys).
     pub k: usize,
     /// On the exact path, hand the recalled sets to the exact index as extra entry points
-    /// ([`crate::SearchParams::seeds`]). Graph indexes start from them; a flat scan ignores them.
+    /// ([`crate::AnnIndex::search_seeded`]). Graph indexes start from them; a flat scan ignores
+    /// them.
     /// Not in the paper: DESIGN.md §1 composes the two ideas this way.
     pub seed_fallback: bool,
 }
