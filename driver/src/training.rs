@@ -1,7 +1,36 @@
-//! The training queries of an index build, chosen alike by `qkindex bench` and `qkindex build`
-//! (so that a bundle holds exactly what the bench measures).
+//! What an index build reads from a dump, chosen alike by `qkindex bench` and `qkindex build`
+//! (so that a bundle holds exactly what the bench measures): the layers and query heads, and
+//! each head's training queries.
 
-use qkindex::dump::HeadTensor;
+use anyhow::{bail, Result};
+use qkindex::dump::{HeadTensor, Manifest};
+
+/// The layers and query heads a run covers: the given ones, or every one the dump has.
+///
+/// Errors: a query head the dump does not have.
+pub fn layers_and_heads(
+    m: &Manifest,
+    layers: &[usize],
+    heads: &[usize],
+) -> Result<(Vec<usize>, Vec<usize>)> {
+    let layers = if layers.is_empty() {
+        m.layers.clone()
+    } else {
+        layers.to_vec()
+    };
+    let heads: Vec<usize> = if heads.is_empty() {
+        (0..m.n_q_heads).collect()
+    } else {
+        heads.to_vec()
+    };
+    if let Some(h) = heads.iter().find(|&&h| h >= m.n_q_heads) {
+        bail!(
+            "query head {h} out of range (the dump has {} query heads)",
+            m.n_q_heads
+        );
+    }
+    Ok((layers, heads))
+}
 
 /// Training queries of query head `h`: its own prefill queries, or those of every query head
 /// of its GQA group (`group` query heads per KV head `kv`) when `pool`, evenly strided down to

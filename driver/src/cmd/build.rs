@@ -9,8 +9,8 @@
 //! hold their own list-ordered copy of the keys (docs/FORMAT.md), the graph kinds reference the
 //! bundle's key file.
 
-use crate::training::training_queries;
-use anyhow::{bail, Context, Result};
+use crate::training::{layers_and_heads, training_queries};
+use anyhow::{Context, Result};
 use clap::Args;
 use half::f16;
 use qkindex::dump::{Dump, Part};
@@ -55,22 +55,7 @@ pub fn run(args: BuildArgs, devices: &Devices) -> Result<()> {
     let dump =
         Dump::open(&args.dump).with_context(|| format!("opening dump {}", args.dump.display()))?;
     let m = dump.manifest.clone();
-    let layers = if args.layers.is_empty() {
-        m.layers.clone()
-    } else {
-        args.layers.clone()
-    };
-    let heads: Vec<usize> = if args.heads.is_empty() {
-        (0..m.n_q_heads).collect()
-    } else {
-        args.heads.clone()
-    };
-    if let Some(h) = heads.iter().find(|&&h| h >= m.n_q_heads) {
-        bail!(
-            "query head {h} out of range (the dump has {} query heads)",
-            m.n_q_heads
-        );
-    }
+    let (layers, heads) = layers_and_heads(&m, &args.layers, &args.heads)?;
     let spec = &args.kind;
     let (d, group) = (m.head_dim, m.n_q_heads / m.n_kv_heads);
     let pool = !args.no_pool;

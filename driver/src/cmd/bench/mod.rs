@@ -9,7 +9,7 @@ mod cache;
 pub(crate) mod kinds;
 
 use crate::report::{self, BenchReport, Row};
-use crate::training::training_queries;
+use crate::training::{layers_and_heads, training_queries};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use half::f16;
@@ -104,22 +104,7 @@ pub fn run(args: BenchArgs, devices: &Devices) -> Result<()> {
     let dump =
         Dump::open(&args.dump).with_context(|| format!("opening dump {}", args.dump.display()))?;
     let m = dump.manifest.clone();
-    let layers = if args.layers.is_empty() {
-        m.layers.clone()
-    } else {
-        args.layers.clone()
-    };
-    let heads: Vec<usize> = if args.heads.is_empty() {
-        (0..m.n_q_heads).collect()
-    } else {
-        args.heads.clone()
-    };
-    if let Some(h) = heads.iter().find(|&&h| h >= m.n_q_heads) {
-        bail!(
-            "query head {h} out of range (the dump has {} query heads)",
-            m.n_q_heads
-        );
-    }
+    let (layers, heads) = layers_and_heads(&m, &args.layers, &args.heads)?;
     if args.repeat == 0 {
         bail!("--repeat must be at least 1");
     }
