@@ -2,13 +2,51 @@
 //! (so that a bundle holds exactly what the bench measures): the layers and query heads, and
 //! each head's training queries.
 
-use anyhow::{bail, Result};
-use qkindex::dump::{HeadTensor, Manifest};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use qkindex::dump::{Dump, HeadTensor, Manifest};
+use std::path::PathBuf;
+
+/// The dump flags of `qkindex bench` and `qkindex build`.
+#[derive(Debug, Args)]
+pub struct DumpInput {
+    /// Dump directory (DESIGN.md §4 layout).
+    #[arg(long)]
+    pub dump: PathBuf,
+    /// Model layer numbers (default: all layers of the dump).
+    #[arg(long, value_delimiter = ',')]
+    pub layers: Vec<usize>,
+    /// Query heads (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub heads: Vec<usize>,
+    /// Train each head's index on its own prefill queries only (default: pool the queries of
+    /// all query heads that share the KV head).
+    #[arg(long)]
+    pub no_pool: bool,
+    /// Use at most this many training queries per index (evenly strided; 0 = all).
+    #[arg(long, default_value_t = 0)]
+    pub max_train: usize,
+}
+
+impl DumpInput {
+    /// The dump, and the layers and query heads to run ([`layers_and_heads`]).
+    pub fn open(&self) -> Result<(Dump, Vec<usize>, Vec<usize>)> {
+        let dump = Dump::open(&self.dump)
+            .with_context(|| format!("opening dump {}", self.dump.display()))?;
+        let (layers, heads) = layers_and_heads(&dump.manifest, &self.layers, &self.heads)?;
+        Ok((dump, layers, heads))
+    }
+
+    /// The training queries of query head `h` ([`training_queries`] with these flags).
+    pub fn training_queries(&self, q: &HeadTensor, h: usize, kv: usize, group: usize) -> Vec<f32> {
+        training_queries(q, h, kv, group, !self.no_pool, self.max_train)
+    }
+}
 
 /// The layers and query heads a run covers: the given ones, or every one the dump has.
 ///
 /// Errors: a query head the dump does not have.
-pub fn layers_and_heads(
+fn layers_and_heads(
     m: &Manifest,
     layers: &[usize],
     heads: &[usize],
@@ -35,7 +73,7 @@ pub fn layers_and_heads(
 /// Training queries of query head `h`: its own prefill queries, or those of every query head
 /// of its GQA group (`group` query heads per KV head `kv`) when `pool`, evenly strided down to
 /// `max` rows (0: all).
-pub fn training_queries(
+fn training_queries(
     q: &HeadTensor,
     h: usize,
     kv: usize,

@@ -11,16 +11,6 @@ use pyo3::prelude::*;
 use qkindex::{AnnIndex, CpuKnn, HnswParams, IndexSpec, IvfParams, SearchParams, VamanaParams};
 use std::sync::Arc;
 
-/// The SearchParams of a graph kind's `search`: a candidate list of `ef` (None: the index
-/// default) of which the best `beam` items are expanded (None: all).
-fn graph_params(ef: Option<i64>, beam: Option<i64>) -> PyResult<SearchParams> {
-    Ok(SearchParams {
-        ef: ef.map(|e| count("ef", e, 1)).transpose()?,
-        beam: beam.map(|b| count("beam", b, 1)).transpose()?,
-        ..SearchParams::default()
-    })
-}
-
 /// A Python class over a core index kind: the struct, `wrap`, and the methods every kind has
 /// (`__len__`, `dim`, `save`, `__repr__` from `$repr`) around the kind's own methods; `graph`
 /// kinds also get `search` with `ef` and `beam`, and `params`.
@@ -50,7 +40,7 @@ macro_rules! index_class {
                     ef: Option<i64>,
                     beam: Option<i64>,
                 ) -> PyResult<SearchResult> {
-                    let params = graph_params(ef, beam)?;
+                    let params = crate::index::graph_search_params(ef, beam)?;
                     search_any(py, self.inner.as_ref(), &self.pool, queries, k, &params)
                 }
 

@@ -9,11 +9,11 @@
 //! hold their own list-ordered copy of the keys (docs/FORMAT.md), the graph kinds reference the
 //! bundle's key file.
 
-use crate::training::{layers_and_heads, training_queries};
-use anyhow::{Context, Result};
+use crate::training::DumpInput;
+use anyhow::Result;
 use clap::Args;
 use half::f16;
-use qkindex::dump::{Dump, Part};
+use qkindex::dump::Part;
 use qkindex::io::bundle::BundleWriter;
 use qkindex::io::{AnyIndex, Persist};
 use qkindex::{IndexSpec, KeyStore};
@@ -26,15 +26,8 @@ use std::time::Instant;
 
 #[derive(Debug, Args)]
 pub struct BuildArgs {
-    /// Dump directory (DESIGN.md §4 layout).
-    #[arg(long)]
-    pub dump: PathBuf,
-    /// Model layer numbers (default: all layers of the dump).
-    #[arg(long, value_delimiter = ',')]
-    pub layers: Vec<usize>,
-    /// Query heads (default: all).
-    #[arg(long, value_delimiter = ',')]
-    pub heads: Vec<usize>,
+    #[command(flatten)]
+    pub input: DumpInput,
     /// Index spec: a kind and its build parameters, as `qkindex bench --kinds` names them
     /// (`attention`, `attention:kq=200,degree=48`, `flat`, `hnsw`, `hnsw-ip`, `ivf`, `ivf-ip`,
     /// `vamana`, `robust-vamana`, ...).
@@ -43,22 +36,14 @@ pub struct BuildArgs {
     /// Bundle directory to write (created if missing).
     #[arg(long)]
     pub out: PathBuf,
-    /// Train each head's index on its own prefill queries only (default: pool its GQA group).
-    #[arg(long)]
-    pub no_pool: bool,
-    /// Use at most this many training queries per index (evenly strided; 0 = all).
-    #[arg(long, default_value_t = 0)]
-    pub max_train: usize,
 }
 
 pub fn run(args: BuildArgs, devices: &Devices) -> Result<()> {
-    let dump =
-        Dump::open(&args.dump).with_context(|| format!("opening dump {}", args.dump.display()))?;
+    let (dump, layers, heads) = args.input.open()?;
     let m = dump.manifest.clone();
-    let (layers, heads) = layers_and_heads(&m, &args.layers, &args.heads)?;
     let spec = &args.kind;
     let (d, group) = (m.head_dim, m.n_q_heads / m.n_kv_heads);
-    let pool = !args.no_pool;
+    let pool = !args.input.no_pool;
     let started = Instant::now();
     let mut bundle = BundleWriter::new(&args.out)?;
     for &layer in &layers {
@@ -87,7 +72,7 @@ pub fn run(args: BuildArgs, devices: &Devices) -> Result<()> {
                 Some(index) if per_kv => index.clone(),
                 _ => {
                     let train = if spec.needs_queries() {
-                        training_queries(&q_all, h, kv, group, pool, args.max_train)
+                        args.input.training_queries(&q_all, h, kv, group)
                     } else {
                         Vec::new()
                     };
@@ -106,11 +91,11 @@ pub fn run(args: BuildArgs, devices: &Devices) -> Result<()> {
         }
     }
     let meta = serde_json::json!({
-        "dump": args.dump.display().to_string(),
+        "dump": args.input.dump.display().to_string(),
         "model": m.model,
         "kind": spec,
         "pooled_training_queries": pool,
-        "max_train": args.max_train,
+        "max_train": args.input.max_train,
     });
     let dir = bundle.finish(meta)?;
     eprintln!(

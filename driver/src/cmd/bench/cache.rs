@@ -35,12 +35,13 @@ impl Entry {
         head: usize,
         n: usize,
     ) -> Self {
-        let dump = std::fs::canonicalize(&args.dump).unwrap_or_else(|_| args.dump.clone());
+        let input = &args.input;
+        let dump = std::fs::canonicalize(&input.dump).unwrap_or_else(|_| input.dump.clone());
         let key = format!(
             "dump={} n={n} layer={layer} head={head} spec={spec} pool={} max_train={} format={}",
             dump.display(),
-            !args.no_pool,
-            args.max_train,
+            !input.no_pool,
+            input.max_train,
             env!("CARGO_PKG_VERSION"),
         );
         let name = spec.name();

@@ -9,11 +9,11 @@ mod cache;
 pub(crate) mod kinds;
 
 use crate::report::{self, BenchReport, Row};
-use crate::training::{layers_and_heads, training_queries};
+use crate::training::DumpInput;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use half::f16;
-use qkindex::dump::{Dump, Part};
+use qkindex::dump::Part;
 use qkindex::eval;
 use qkindex::{AnnIndex, FlatIndex, KeyStore, SearchOutput, SearchParams};
 use qkindex_driver::devices::Devices;
@@ -23,15 +23,8 @@ use std::time::Instant;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Dump directory (DESIGN.md §4 layout).
-    #[arg(long)]
-    pub dump: PathBuf,
-    /// Model layer numbers to run (default: all layers of the dump).
-    #[arg(long, value_delimiter = ',')]
-    pub layers: Vec<usize>,
-    /// Query heads to run (default: all).
-    #[arg(long, value_delimiter = ',')]
-    pub heads: Vec<usize>,
+    #[command(flatten)]
+    pub input: DumpInput,
     /// Index specs, comma-separated: a kind and its build parameters (`attention`,
     /// `attention:prune=top,kq=200`, `roargraph-recipe`, `key-graph`, `hnsw`, `hnsw-ip:m=32`,
     /// `flat`, `ivf`, `ivf-ip`, `ivf:nlist=256`, `vamana`, `robust-vamana`, ...; a `key=value`
@@ -72,13 +65,6 @@ pub struct BenchArgs {
     /// Output directory.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
-    /// Train each head's index on its own prefill queries only (default: pool the queries of
-    /// all query heads that share the KV head).
-    #[arg(long)]
-    pub no_pool: bool,
-    /// Use at most this many training queries per index (evenly strided; 0 = all).
-    #[arg(long, default_value_t = 0)]
-    pub max_train: usize,
     /// Clock of QPS and latencies: wall (elapsed time) or thread-cpu (CPU time of the searching
     /// thread: steadier on a shared machine, as time spent descheduled does not count).
     #[arg(long, value_enum, default_value_t = ClockKind::Wall)]
@@ -101,10 +87,8 @@ struct QuerySet {
 }
 
 pub fn run(args: BenchArgs, devices: &Devices) -> Result<()> {
-    let dump =
-        Dump::open(&args.dump).with_context(|| format!("opening dump {}", args.dump.display()))?;
+    let (dump, layers, heads) = args.input.open()?;
     let m = dump.manifest.clone();
-    let (layers, heads) = layers_and_heads(&m, &args.layers, &args.heads)?;
     if args.repeat == 0 {
         bail!("--repeat must be at least 1");
     }
@@ -152,7 +136,7 @@ pub fn run(args: BenchArgs, devices: &Devices) -> Result<()> {
             if k_max > n {
                 bail!("--k {k_max} is larger than the number of keys ({n})");
             }
-            let train = training_queries(&q_all, h, kv, group, !args.no_pool, args.max_train);
+            let train = args.input.training_queries(&q_all, h, kv, group);
             let flat = FlatIndex::new(keys.clone());
             let values = v_all.as_ref().map(|v| v.head(kv));
             let mut sets = Vec::new();
@@ -226,7 +210,7 @@ pub fn run(args: BenchArgs, devices: &Devices) -> Result<()> {
         ClockKind::ThreadCpu => "thread-cpu",
     };
     let mut report = BenchReport::new(
-        &args.dump,
+        &args.input.dump,
         args.k[0],
         clock,
         rows,
