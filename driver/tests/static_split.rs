@@ -4,7 +4,7 @@
 //! asked once per layer step; a malformed supply is an error. Synthetic data, no model needed.
 
 use qkindex::IndexSpec;
-use qkindex_driver::model::{DecodeAttention, StaticParts};
+use qkindex_driver::model::{DecodeAttention, DecodeStep, StaticParts};
 use qkindex_driver::retrieval::{PolicyConfig, PolicyKind, Retrieval, Shape};
 
 const SHAPE: Shape = Shape {
@@ -114,9 +114,15 @@ fn check(kind: PolicyKind, index: &str) {
             let q = values(width, 100 + (t * 7 + layer) as u64);
             let mut a = vec![0f32; width];
             let mut b = vec![0f32; width];
-            plain
-                .attend(layer, pos, &q, &k, &v, cap, &mut a)
-                .expect("attend");
+            let step = DecodeStep {
+                layer,
+                pos,
+                q: &q,
+                k: &k,
+                v: &v,
+                capacity: cap,
+            };
+            plain.attend(step, &mut a).expect("attend");
             let (sink, rest_end) = split.static_set(layer, pos).expect("a static set");
             assert_eq!(sink, 16);
             assert_eq!(rest_end, pos + 1 - 64);
@@ -126,7 +132,7 @@ fn check(kind: PolicyKind, index: &str) {
                 Ok(static_parts(&q, &k, &v, cap, sink, rest_end, pos + 1))
             };
             split
-                .attend_split(layer, pos, &q, &k, &v, cap, &mut supply, &mut b)
+                .attend_split(step, &mut supply, &mut b)
                 .expect("split");
             assert_eq!(calls, 1, "{kind:?}: static parts asked {calls} times");
             let diff = a
@@ -149,9 +155,15 @@ fn check(kind: PolicyKind, index: &str) {
             o: vec![0.0; 2 * hd],
         })
     };
-    assert!(split
-        .attend_split(0, n0 + steps - 1, &q, &k, &v, cap, &mut bad, &mut out)
-        .is_err());
+    let step = DecodeStep {
+        layer: 0,
+        pos: n0 + steps - 1,
+        q: &q,
+        k: &k,
+        v: &v,
+        capacity: cap,
+    };
+    assert!(split.attend_split(step, &mut bad, &mut out).is_err());
 }
 
 #[test]

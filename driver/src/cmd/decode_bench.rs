@@ -12,7 +12,7 @@ use clap::Args;
 use qkindex::dump::{Dump, Part};
 use qkindex::synth::Rng;
 use qkindex_driver::devices::Devices;
-use qkindex_driver::model::DecodeAttention;
+use qkindex_driver::model::{DecodeAttention, DecodeStep};
 use qkindex_driver::retrieval::{PolicyKind, Retrieval, Shape};
 use serde::Serialize;
 
@@ -138,7 +138,15 @@ pub fn run(args: DecodeBenchArgs, devices: &Devices) -> anyhow::Result<()> {
             for h in 0..hq {
                 qrow[h * hd..][..hd].copy_from_slice(&qdec.head(h)[(t % qdec.rows) * hd..][..hd]);
             }
-            r.attend(0, pos, &qrow, &kc, &vc, cap, &mut out)?;
+            let step = DecodeStep {
+                layer: 0,
+                pos,
+                q: &qrow,
+                k: &kc,
+                v: &vc,
+                capacity: cap,
+            };
+            r.attend(step, &mut out)?;
         }
         let wall = t0.elapsed();
         let s = &r.stats;

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use super::backend::{Backend, Heads};
 use super::cache::KvCache;
 use super::error::Result;
-use super::hooks::DecodeAttention;
+use super::hooks::{DecodeAttention, DecodeStep};
 use super::ops::{self, AttnShape, Rope};
 
 /// The CPU backend of one forward call, reading the model's RoPE tables.
@@ -150,7 +150,15 @@ impl Backend for CpuBackend<'_> {
         out: &mut Vec<f32>,
     ) -> Result<()> {
         let (kc, vc) = cache.layer(layer);
-        policy.attend(layer, pos, q_host, kc, vc, cache.capacity(), out)
+        let step = DecodeStep {
+            layer,
+            pos,
+            q: q_host,
+            k: kc,
+            v: vc,
+            capacity: cache.capacity(),
+        };
+        policy.attend(step, out)
     }
 
     fn download(&mut self, x: Vec<f32>) -> Result<Vec<f32>> {

@@ -19,23 +19,25 @@ pub struct LayerCapture<'a> {
 /// A capture callback; called once per layer and forward call.
 pub type CaptureFn<'a> = dyn FnMut(LayerCapture<'_>) + 'a;
 
+/// One layer's decode-step inputs, as a forward pass hands them to a [`DecodeAttention`]
+/// policy: `q` is the `n_heads · head_dim` query of position `pos` (post-RoPE); `k`, `v` are the
+/// layer's cache, `n_kv_heads` blocks of row-major `capacity × head_dim`, positions `0..=pos`
+/// filled (the current token's key included).
+#[derive(Debug, Clone, Copy)]
+pub struct DecodeStep<'a> {
+    pub layer: usize,
+    pub pos: usize,
+    pub q: &'a [f32],
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub capacity: usize,
+}
+
 /// Attention of a decode step computed by a policy (retrieval attention) instead of the exact
 /// scan over the whole cache. Called once per layer for forward calls of one token.
 pub trait DecodeAttention {
-    /// `q`: the `n_heads · head_dim` query values of position `pos` (post-RoPE); `k`, `v`: the
-    /// layer's cache, `n_kv_heads` blocks of row-major `capacity × head_dim`, positions `0..=pos`
-    /// filled (the current token's key included). Writes `out` (`n_heads · head_dim`).
-    #[allow(clippy::too_many_arguments)]
-    fn attend(
-        &mut self,
-        layer: usize,
-        pos: usize,
-        q: &[f32],
-        k: &[f32],
-        v: &[f32],
-        capacity: usize,
-        out: &mut [f32],
-    ) -> Result<()>;
+    /// Attends `step`'s query over its cache; writes `out` (`n_heads · head_dim`).
+    fn attend(&mut self, step: DecodeStep<'_>, out: &mut [f32]) -> Result<()>;
 
     /// The positions of this layer's decode attention that another device may attend while the
     /// policy searches: `0..sink` and `rest_end..=pos`, as `(sink, rest_end)`. `None` (the
@@ -47,19 +49,13 @@ pub trait DecodeAttention {
     /// [`DecodeAttention::attend`] where the part over [`DecodeAttention::static_set`] comes from
     /// `static_part` (computed elsewhere, e.g. on a GPU). The policy calls it once, after its own
     /// search, so that both run at the same time.
-    #[allow(clippy::too_many_arguments)]
     fn attend_split(
         &mut self,
-        layer: usize,
-        pos: usize,
-        q: &[f32],
-        k: &[f32],
-        v: &[f32],
-        capacity: usize,
+        step: DecodeStep<'_>,
         _static_part: &mut StaticPartFn<'_>,
         out: &mut [f32],
     ) -> Result<()> {
-        self.attend(layer, pos, q, k, v, capacity, out)
+        self.attend(step, out)
     }
 }
 

@@ -72,7 +72,7 @@ pub use config::Config;
 pub use cpu::CpuBackend;
 pub use cuda::CudaBackend;
 pub use error::{ModelError, Result};
-pub use hooks::{CaptureFn, DecodeAttention, LayerCapture, StaticPartFn, StaticParts};
+pub use hooks::{CaptureFn, DecodeAttention, DecodeStep, LayerCapture, StaticPartFn, StaticParts};
 pub use llama::{argmax, Llama};
 pub use tokenizer::{chat_prompt, ModelTokenizer, DEFAULT_SYSTEM};
 pub use weights::Weights;

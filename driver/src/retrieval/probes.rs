@@ -139,7 +139,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::model::DecodeAttention;
+    use crate::model::{DecodeAttention, DecodeStep};
     use crate::retrieval::{PolicyKind, Retrieval, Shape};
 
     const SHAPE: Shape = Shape {
@@ -194,8 +194,15 @@ mod tests {
         for (t, q) in decode_q.chunks_exact(SHAPE.n_layers * width).enumerate() {
             for (layer, q) in q.chunks_exact(width).enumerate() {
                 let mut out = vec![0f32; width];
-                r.attend(layer, n0 + t, q, &k, &v, cap, &mut out)
-                    .expect("attend");
+                let step = DecodeStep {
+                    layer,
+                    pos: n0 + t,
+                    q,
+                    k: &k,
+                    v: &v,
+                    capacity: cap,
+                };
+                r.attend(step, &mut out).expect("attend");
                 outputs.extend(out);
             }
         }

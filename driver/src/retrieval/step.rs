@@ -16,7 +16,9 @@ use super::selector::{self, HeadPrefill, Selection, Selector};
 use super::softmax::Partial;
 use super::stats::{measure, Measured, RetrievalStats};
 use super::tail::{self, tail_part, TailScratch};
-use crate::model::{Config, DecodeAttention, KvCache, ModelError, StaticPartFn, StaticParts};
+use crate::model::{
+    Config, DecodeAttention, DecodeStep, KvCache, ModelError, StaticPartFn, StaticParts,
+};
 
 /// The attention shape a [`Retrieval`] serves.
 #[derive(Clone, Copy, Debug)]
@@ -179,17 +181,8 @@ impl std::fmt::Debug for Retrieval {
 }
 
 impl DecodeAttention for Retrieval {
-    fn attend(
-        &mut self,
-        layer: usize,
-        pos: usize,
-        q: &[f32],
-        k: &[f32],
-        v: &[f32],
-        capacity: usize,
-        out: &mut [f32],
-    ) -> Result<(), ModelError> {
-        self.attend_with(layer, pos, q, k, v, capacity, None, out)
+    fn attend(&mut self, step: DecodeStep<'_>, out: &mut [f32]) -> Result<(), ModelError> {
+        self.attend_with(step, None, out)
     }
 
     fn static_set(&self, layer: usize, pos: usize) -> Option<(usize, usize)> {
@@ -202,16 +195,11 @@ impl DecodeAttention for Retrieval {
 
     fn attend_split(
         &mut self,
-        layer: usize,
-        pos: usize,
-        q: &[f32],
-        k: &[f32],
-        v: &[f32],
-        capacity: usize,
+        step: DecodeStep<'_>,
         static_part: &mut StaticPartFn<'_>,
         out: &mut [f32],
     ) -> Result<(), ModelError> {
-        self.attend_with(layer, pos, q, k, v, capacity, Some(static_part), out)
+        self.attend_with(step, Some(static_part), out)
     }
 }
 
@@ -249,18 +237,20 @@ impl Retrieval {
     /// The decode step of one layer. With `static_part`, the part over the static positions
     /// (sink and window) comes from it — computed elsewhere while this searches — instead of
     /// being attended here; everything else is the same.
-    #[allow(clippy::too_many_arguments)]
     fn attend_with(
         &mut self,
-        layer: usize,
-        pos: usize,
-        q: &[f32],
-        k: &[f32],
-        v: &[f32],
-        capacity: usize,
+        step: DecodeStep<'_>,
         static_part: Option<&mut StaticPartFn<'_>>,
         out: &mut [f32],
     ) -> Result<(), ModelError> {
+        let DecodeStep {
+            layer,
+            pos,
+            q,
+            k,
+            v,
+            capacity,
+        } = step;
         let hd = self.shape.head_dim;
         let input = StepInput {
             layer,

@@ -415,17 +415,13 @@ mod tests {
         };
         let mut rt = ReTopK::new(params, 16).expect("new");
         let (mut scratch, mut out) = (Scratch::default(), SearchOutput::default());
+        let params = SearchParams::default();
+        let mut step = |rt: &mut ReTopK, q: &[f32], out: &mut SearchOutput| {
+            rt.step(q, &keys, &flat, &params, &mut scratch, out)
+                .expect("step")
+        };
         let q = &queries[..16];
-        let s = rt
-            .step(
-                q,
-                &keys,
-                &flat,
-                &SearchParams::default(),
-                &mut scratch,
-                &mut out,
-            )
-            .expect("step");
+        let s = step(&mut rt, q, &mut out);
         assert_eq!(s.path, StepPath::EmptyCache);
         assert!(s.best_similarity == f32::NEG_INFINITY);
         assert_eq!(s.similarity_computations, 0);
@@ -433,16 +429,7 @@ mod tests {
         let exact = out.clone();
         // The same query scaled: cosine 1, reuse; the set is its own exact top-k again.
         let q2: Vec<f32> = q.iter().map(|x| 2.0 * x).collect();
-        let s = rt
-            .step(
-                &q2,
-                &keys,
-                &flat,
-                &SearchParams::default(),
-                &mut scratch,
-                &mut out,
-            )
-            .expect("step");
+        let s = step(&mut rt, &q2, &mut out);
         assert_eq!(s.path, StepPath::Reuse);
         assert!((s.best_similarity - 1.0).abs() < 1e-5);
         assert_eq!(s.similarity_computations, 1);

@@ -15,7 +15,7 @@ use super::{cuda, CudaStats, DevCache, DeviceWeights, Inner, CACHES_KEPT};
 use crate::model::backend::{Backend, Heads};
 use crate::model::cache::KvCache;
 use crate::model::error::{ModelError, Result};
-use crate::model::hooks::{DecodeAttention, StaticParts};
+use crate::model::hooks::{DecodeAttention, DecodeStep, StaticParts};
 use crate::model::llama::Llama;
 
 impl Inner {
@@ -297,6 +297,14 @@ impl Backend for CudaCall<'_> {
             head_dim: hd,
         } = self.heads;
         let (kc, vc) = cache.layer(li);
+        let step = DecodeStep {
+            layer: li,
+            pos: pos0,
+            q: q_host,
+            k: kc,
+            v: vc,
+            capacity: cap,
+        };
         let (s, stats, out) = (&self.dev.stream, &mut *self.stats, &mut self.out);
         let tp = Instant::now();
         match p.static_set(li, pos0) {
@@ -325,13 +333,13 @@ impl Backend for CudaCall<'_> {
                     waited.1 = asked.elapsed();
                     Ok(combine_parts(&m, &l, &o, n_heads, chunks, hd))
                 };
-                p.attend_split(li, pos0, q_host, kc, vc, cap, &mut supply, out)?;
+                p.attend_split(step, &mut supply, out)?;
                 stats.split_layer_steps += 1;
                 stats.gpu_static_ms += elapsed(&e0, &e1)?;
                 stats.cpu_before_wait_ms += waited.0.as_secs_f64() * 1e3;
                 stats.wait_ms += waited.1.as_secs_f64() * 1e3;
             }
-            None => p.attend(li, pos0, q_host, kc, vc, cap, out)?,
+            None => p.attend(step, out)?,
         }
         stats.policy_ms += tp.elapsed().as_secs_f64() * 1e3;
         s.memcpy_htod(out.as_slice(), att)

@@ -58,14 +58,6 @@ impl Index {
 }
 
 impl Selector for Index {
-    fn n_keys(&self) -> usize {
-        self.rest.len()
-    }
-
-    fn wants_guides(&self) -> bool {
-        matches!(self.rest, RestIndex::Attention(_))
-    }
-
     fn upkeep(&mut self, key: &[f32], guide: &[f32]) -> Result<(), ModelError> {
         Ok(self.rest.insert(key, guide, &mut self.scratch)?)
     }

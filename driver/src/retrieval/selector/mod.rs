@@ -43,12 +43,16 @@ use crate::model::ModelError;
 /// Picks keys of one (layer, KV head)'s rest for the query heads of its group.
 pub trait Selector: Send + std::fmt::Debug {
     /// Keys under the selector (rest ids `0..n_keys()`; 0 for selectors that keep none).
-    fn n_keys(&self) -> usize;
+    /// Default: the keys of [`Selector::index`], 0 without one.
+    fn n_keys(&self) -> usize {
+        self.index().map_or(0, RestIndex::len)
+    }
 
     /// True when [`Selector::upkeep`] wants each key's guide (the query-aware insertion of
-    /// `qkindex::AttentionIndex::insert`); the step then tracks them.
+    /// `qkindex::AttentionIndex::insert`); the step then tracks them. Default: when
+    /// [`Selector::index`] is an attention index.
     fn wants_guides(&self) -> bool {
-        false
+        matches!(self.index(), Some(RestIndex::Attention(_)))
     }
 
     /// Takes the key (`head_dim` values) that just left the window: the next rest id. `guide`

@@ -82,14 +82,6 @@ fn exact_path(rest: &RestIndex) -> Result<(&KeyStore, &dyn AnnIndex), ModelError
 }
 
 impl Selector for ReTopKSelector {
-    fn n_keys(&self) -> usize {
-        self.rest.len()
-    }
-
-    fn wants_guides(&self) -> bool {
-        matches!(self.rest, RestIndex::Attention(_))
-    }
-
     fn upkeep(&mut self, key: &[f32], guide: &[f32]) -> Result<(), ModelError> {
         Ok(self.rest.insert(key, guide, &mut self.scratch)?)
     }

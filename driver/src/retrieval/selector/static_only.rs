@@ -8,10 +8,6 @@ use crate::model::ModelError;
 pub struct StaticOnly;
 
 impl Selector for StaticOnly {
-    fn n_keys(&self) -> usize {
-        0
-    }
-
     fn upkeep(&mut self, _key: &[f32], _guide: &[f32]) -> Result<(), ModelError> {
         Ok(())
     }
