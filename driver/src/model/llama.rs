@@ -94,6 +94,14 @@ impl Llama {
         }
     }
 
+    /// The same model with NTK-aware RoPE scaling by `factor` ([`Config::with_rope_scale`]);
+    /// its RoPE tables are rebuilt for the longer context.
+    pub fn with_rope_scale(self, factor: f64) -> Result<Self> {
+        let cfg = self.cfg.clone().with_rope_scale(factor)?;
+        let ropes = RopeTables::new(&cfg);
+        Ok(Self { cfg, ropes, ..self })
+    }
+
     /// Runs forward passes on `device` from now on.
     pub fn set_device(&mut self, device: ModelDevice) {
         self.device = device;
@@ -215,6 +223,7 @@ impl Llama {
         b.embed(&w.embed, tokens, c.dim, &mut a.x)?;
         match c.arch.embed_scale() {
             EmbedScale::None => {}
+            EmbedScale::SqrtDim => b.scale(&mut a.x, (c.dim as f32).sqrt())?,
         }
         timer.lap(Part::Other);
         let mut s = Step {
