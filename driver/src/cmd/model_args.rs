@@ -45,7 +45,10 @@ impl ModelArgs {
             .and_then(|m| m.with_rope_scale(self.rope_scale))
             .context("loading the model")?;
         let scale = if self.rope_scale > 1.0 {
-            format!(", RoPE scale {} (context {})", self.rope_scale, m.llama.cfg.context_length)
+            format!(
+                ", RoPE scale {} (context {})",
+                self.rope_scale, m.llama.cfg.context_length
+            )
         } else {
             String::new()
         };

@@ -10,7 +10,10 @@ const MAX_LAYERS: usize = 1024;
 const MAX_DIM: usize = 65_536;
 const MAX_HEADS: usize = 1024;
 const MAX_HEAD_DIM: usize = 1024;
-const MAX_CONTEXT: usize = 1 << 22;
+const MAX_CONTEXT: usize = 1 << 20;
+/// Largest `context_length × head_dim` (the RoPE tables hold half of it per base, f32 cos and
+/// sin: 2^26 is 256 MiB a base); Gemma 3 270M needs 2^23.
+const MAX_ROPE_TABLE: usize = 1 << 26;
 
 /// Hyperparameters of a model of one [`Architecture`].
 #[derive(Debug, Clone, PartialEq)]
@@ -59,10 +62,11 @@ impl Config {
             ));
         }
         // Gemma 3 states its head dim (256 ≠ 640 / 4); Llama files leave it at dim / n_heads.
-        let head_dim = match u("attention.key_length") {
-            Ok(hd) => hd,
-            Err(_) if n_heads <= dim && dim % n_heads == 0 => dim / n_heads,
-            Err(_) => {
+        let stated = u("attention.key_length").ok();
+        let head_dim = match stated {
+            Some(hd) => hd,
+            None if n_heads <= dim && dim % n_heads == 0 => dim / n_heads,
+            None => {
                 return Err(bad(
                     "embedding_length",
                     "must be n_heads × the head dim when attention.key_length is absent",
@@ -70,10 +74,11 @@ impl Config {
             }
         };
         if head_dim == 0 || head_dim % 2 != 0 || head_dim > MAX_HEAD_DIM {
-            return Err(bad(
-                "attention.key_length",
-                "the head dim must be even, in 2..=1024",
-            ));
+            let k = match stated {
+                Some(_) => "attention.key_length",
+                None => "embedding_length",
+            };
+            return Err(bad(k, "the head dim must be even, in 2..=1024"));
         }
         if u("attention.value_length").is_ok_and(|v| v != head_dim) {
             return Err(bad(
@@ -126,6 +131,15 @@ impl Config {
                 return Err(bad(k, &format!("{v} exceeds the supported {max}")));
             }
         }
+        if cfg.context_length * cfg.head_dim > MAX_ROPE_TABLE {
+            return Err(bad(
+                "context_length",
+                &format!(
+                    "{} × head dim {} exceeds the supported {MAX_ROPE_TABLE}",
+                    cfg.context_length, cfg.head_dim
+                ),
+            ));
+        }
         if !(cfg.rope_theta.is_finite() && cfg.rope_theta > 1.0) {
             return Err(bad("rope.freq_base", "must be a finite number above 1"));
         }
@@ -153,7 +167,8 @@ impl Config {
         if factor > 1.0 {
             let d = self.head_dim as f64;
             self.rope_theta *= factor.powf(d / (d - 2.0));
-            self.context_length = ((self.context_length as f64 * factor) as usize).min(MAX_CONTEXT);
+            let longest = MAX_CONTEXT.min(MAX_ROPE_TABLE / self.head_dim);
+            self.context_length = ((self.context_length as f64 * factor) as usize).min(longest);
         }
         Ok(self)
     }
