@@ -51,5 +51,6 @@ fn gemma3_subset_has_gemmas_shape_and_its_index_finds_the_top_100() {
     assert!(recall >= MIN_RECALL, "recall@100 {recall:.4}");
 }
 
-/// Below the recall measured when the subset was made (see `data/README.md`).
-const MIN_RECALL: f64 = 0.0;
+/// Below what `qkindex bench` measured on the four heads at ef 256 (recall@100 0.998–1.0, scanning
+/// about half of the 3,840 keys).
+const MIN_RECALL: f64 = 0.95;
