@@ -39,7 +39,9 @@ fn gemma3_subset_has_gemmas_shape_and_its_index_finds_the_top_100() {
     let mut recall = 0.0;
     for h in 0..4 {
         for query in qdec.head(h).chunks_exact(256) {
-            let found = index.search(query, 100, &params, &mut scratch).expect("search");
+            let found = index
+                .search(query, 100, &params, &mut scratch)
+                .expect("search");
             let exact = flat
                 .search(query, 100, &SearchParams::default(), &mut scratch)
                 .expect("scan");

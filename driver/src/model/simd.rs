@@ -168,7 +168,7 @@ dispatch! {
 
 /// `2 · sqrt(2 / π)`: `gelu_tanh(x) = x · sigmoid(GELU_2C · (x + 0.044715 x³))`, which is
 /// `0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³)))` written with one exponential.
-const GELU_2C: f32 = 1.595_769_1;
+const GELU_2C: f32 = 1.595_769;
 
 dispatch! {
     /// `gate[i] = gelu_tanh(gate[i]) · up[i]` (GeGLU).
