@@ -18,7 +18,7 @@ pub struct Prefill {
 }
 
 /// Runs `tokens` from an empty cache with room for `capacity` positions; captures the queries
-/// of every layer when `capture_q`.
+/// of every global layer when `capture_q` (sliding-window layers have no index to build).
 pub fn prefill(
     llama: &Llama,
     tokens: &[u32],
@@ -29,8 +29,15 @@ pub fn prefill(
     let mut cache = llama.new_cache(capacity)?;
     let mut q = vec![Vec::new(); llama.cfg.n_layers];
     let mut tm = Timings::default();
+    let global: Vec<bool> = (0..llama.cfg.n_layers)
+        .map(|l| llama.cfg.layer(l).attention.window().is_none())
+        .collect();
     let hidden = if capture_q {
-        let mut cb = |c: LayerCapture<'_>| q[c.layer].extend_from_slice(c.q);
+        let mut cb = |c: LayerCapture<'_>| {
+            if global[c.layer] {
+                q[c.layer].extend_from_slice(c.q)
+            }
+        };
         llama.forward(tokens, &mut cache, Some(&mut cb), &mut tm)?
     } else {
         llama.forward(tokens, &mut cache, None, &mut tm)?
@@ -79,10 +86,14 @@ impl<'m> Decoder<'m> {
         let capacity = (prefill.cache.len() + extra).min(llama.cfg.context_length);
         let cache = prefill.cache.with_capacity(capacity, hd);
         let total = llama.cfg.n_layers * llama.cfg.n_kv_heads;
+        let mut cfg = cfg.clone();
+        cfg.local_layers = (0..llama.cfg.n_layers)
+            .filter(|&l| llama.cfg.layer(l).attention.window().is_some())
+            .collect();
         let retrieval = match cfg.kind {
             PolicyKind::Full => None,
             _ => Some(Retrieval::new(
-                cfg.clone(),
+                cfg,
                 Shape::of(&llama.cfg),
                 &cache_keys(&cache, hd),
                 cache.len(),

@@ -1,12 +1,16 @@
 //! Bad input never panics: missing, truncated or mismatched model files, unsupported tensor types,
-//! prompts longer than the context. Uses a tiny Llama GGUF written here, so it always runs.
+//! prompts longer than the context, and hostile files (tensor offsets past the end, absurd
+//! shapes and hyperparameters, unknown types, flipped bytes anywhere) give a typed error naming
+//! the problem, never a giant allocation. Uses a tiny Llama GGUF written here, so it always runs.
 //! Also checks on that tiny model that one batched prefill equals token-by-token decoding.
 
 use std::path::{Path, PathBuf};
 
 use qkindex_driver::devices::Devices;
-use qkindex_driver::model::gguf::{write_gguf, MetaValue};
-use qkindex_driver::model::{sha256_file, Model, ModelError, Timings};
+use qkindex_driver::model::gguf::{write_gguf, GgufFile, MetaValue};
+use qkindex_driver::model::{
+    sha256_file, Config, Model, ModelError, ModelTokenizer, Timings, Weights,
+};
 
 const DIM: u64 = 16;
 const HEADS: u64 = 4;
@@ -35,6 +39,11 @@ fn values(n: usize, seed: f32) -> Vec<u8> {
 
 /// A tiny Llama GGUF; `bad_type` gives `blk.0.attn_q.weight` ggml type 13 (Q5_K, not read) instead.
 fn tiny_gguf(bad_type: bool) -> Vec<u8> {
+    tiny_gguf_with(bad_type, &[])
+}
+
+/// [`tiny_gguf`] with the metadata values of `overrides` in place of its own.
+fn tiny_gguf_with(bad_type: bool, overrides: &[(&str, MetaValue)]) -> Vec<u8> {
     let mut tokens = vec![
         MetaValue::Str("<|endoftext|>".into()),
         MetaValue::Str("<|im_end|>".into()),
@@ -71,6 +80,13 @@ fn tiny_gguf(bad_type: bool) -> Vec<u8> {
         ),
         ("tokenizer.ggml.eos_token_id", MetaValue::U32(1)),
     ];
+    let meta: Vec<(&str, MetaValue)> = meta
+        .into_iter()
+        .map(|(k, v)| match overrides.iter().find(|(o, _)| *o == k) {
+            Some((_, o)) => (k, o.clone()),
+            None => (k, v),
+        })
+        .collect();
     let hd = DIM / HEADS;
     let ones: Vec<u8> = (0..DIM).flat_map(|_| 1.0f32.to_le_bytes()).collect();
     let mut owned: Vec<(String, Vec<u64>, u32, Vec<u8>)> = vec![
@@ -235,4 +251,121 @@ fn unsupported_tensor_type_is_named() {
         "{e}"
     );
     assert!(e.to_string().contains("Q5_K"), "{e}");
+}
+
+/// What `Model::load` does after reading the file, on bytes in memory.
+fn load_bytes(bytes: Vec<u8>) -> Result<(), ModelError> {
+    let g = GgufFile::from_bytes(Path::new("mem.gguf"), bytes)?;
+    let cfg = Config::from_gguf(&g)?;
+    ModelTokenizer::from_gguf(&g)?;
+    Weights::from_gguf(&g, &cfg)?;
+    Ok(())
+}
+
+/// A GGUF v3 file of one F32 tensor `t` with `dims`, data `n_data` bytes, at `offset`.
+fn one_tensor(dims: &[u64], ty: u32, offset: u64, n_data: usize) -> Vec<u8> {
+    let mut b = b"GGUF".to_vec();
+    b.extend(3u32.to_le_bytes());
+    b.extend(1u64.to_le_bytes()); // tensors
+    b.extend(0u64.to_le_bytes()); // metadata
+    b.extend(1u64.to_le_bytes());
+    b.push(b't');
+    b.extend((dims.len() as u32).to_le_bytes());
+    for d in dims {
+        b.extend(d.to_le_bytes());
+    }
+    b.extend(ty.to_le_bytes());
+    b.extend(offset.to_le_bytes());
+    b.resize(b.len().div_ceil(32) * 32 + n_data, 0);
+    b
+}
+
+#[test]
+fn hostile_tensor_tables_are_format_errors() {
+    let ok = GgufFile::from_bytes(Path::new("ok"), one_tensor(&[4, 2], 0, 0, 32));
+    assert!(ok.is_ok(), "the well-formed file reads");
+    let cases: [(&[u64], u32, u64, usize, &str); 6] = [
+        (&[4, 2], 0, 1 << 50, 32, "past the end"),
+        (&[4, 2], 0, 0, 31, "past the end"),
+        (&[4, 2], 0, 3, 64, "aligned"),
+        (&[1 << 30, 1 << 20], 0, 0, 32, "past the end"),
+        (&[u64::MAX, 3], 0, 0, 32, "overflows"),
+        (&[33], 8, 0, 64, "whole Q8_0 blocks"),
+    ];
+    for (dims, ty, offset, n, want) in cases {
+        let e = GgufFile::from_bytes(Path::new("bad"), one_tensor(dims, ty, offset, n))
+            .expect_err("hostile table");
+        assert!(
+            matches!(&e, ModelError::Format { reason, .. } if reason.contains(want)),
+            "{dims:?} type {ty} offset {offset}: {e}"
+        );
+    }
+    for n_dims in [0usize, 5] {
+        let dims = vec![1u64; n_dims];
+        let e =
+            GgufFile::from_bytes(Path::new("bad"), one_tensor(&dims, 0, 0, 32)).expect_err("dims");
+        assert!(e.to_string().contains("dimensions"), "{e}");
+    }
+    // An unknown type id reads (metadata tools list it) but does not dequantize.
+    let g = GgufFile::from_bytes(Path::new("t"), one_tensor(&[4, 2], 77, 0, 32)).expect("reads");
+    let e = g.dequantize("t", &[4, 2]).expect_err("unknown type");
+    assert!(
+        matches!(e, ModelError::UnsupportedType { type_id: 77, .. }),
+        "{e}"
+    );
+}
+
+#[test]
+fn absurd_hyperparameters_are_metadata_errors_before_any_allocation() {
+    let huge = |k: &'static str, v: u64| (k, MetaValue::U64(v));
+    let cases = [
+        (huge("llama.block_count", 1 << 40), "llama.block_count"),
+        (
+            huge("llama.embedding_length", 1 << 40),
+            "llama.embedding_length",
+        ),
+        (
+            huge("llama.context_length", 1 << 40),
+            "llama.context_length",
+        ),
+        (
+            huge("llama.feed_forward_length", 1 << 40),
+            "llama.feed_forward_length",
+        ),
+        (
+            huge("llama.attention.head_count", 0),
+            "llama.attention.head_count_kv",
+        ),
+        (
+            huge("llama.attention.head_count_kv", 3),
+            "llama.attention.head_count_kv",
+        ),
+        (
+            ("llama.rope.freq_base", MetaValue::F32(f32::NAN)),
+            "llama.rope.freq_base",
+        ),
+        (
+            ("general.architecture", MetaValue::Str("mamba".into())),
+            "mamba",
+        ),
+    ];
+    for ((key, value), want) in cases {
+        let bytes = tiny_gguf_with(false, &[(key, value.clone())]);
+        let e = load_bytes(bytes).expect_err("absurd value");
+        assert!(e.to_string().contains(want), "{key} = {value:?}: {e}");
+    }
+}
+
+#[test]
+fn flipped_bytes_anywhere_never_panic() {
+    let base = tiny_gguf(false);
+    assert!(load_bytes(base.clone()).is_ok());
+    // Every 7th byte of the file set to 0xFF in turn (header, metadata, tensor table, data).
+    let mut errors = 0;
+    for i in (0..base.len()).step_by(7) {
+        let mut b = base.clone();
+        b[i] = 0xFF;
+        errors += usize::from(load_bytes(b).is_err());
+    }
+    assert!(errors > 0, "some flips are detected");
 }

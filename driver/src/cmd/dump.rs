@@ -12,6 +12,7 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use qkindex_driver::devices::Devices;
+use qkindex_driver::model::llama::PREFILL_CHUNK;
 use qkindex_driver::model::{argmax, LayerCapture, Model, ModelError, Timings};
 
 use super::model_args::ModelArgs;
@@ -28,9 +29,10 @@ pub struct DumpArgs {
     /// Use only the first N prompt tokens.
     #[arg(long)]
     pub prefix: Option<usize>,
-    /// Model layers to dump, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "2,9,16,23,29")]
-    pub layers: Vec<usize>,
+    /// Model layers to dump, comma-separated [default: 2,9,16,23,29 where every layer is global
+    /// (SmolLM2); the global layers otherwise (Gemma 3 270M: 5,11,17)].
+    #[arg(long, value_delimiter = ',')]
+    pub layers: Option<Vec<usize>>,
     /// Greedy decode steps after the prompt.
     #[arg(long, default_value_t = 64)]
     pub decode: usize,
@@ -49,6 +51,10 @@ pub struct DumpArgs {
     #[command(flatten)]
     pub model: ModelArgs,
 }
+
+/// The layers dumped by default from a model whose layers are all global (those of the
+/// SmolLM2 reference dumps).
+const SMOLLM2_LAYERS: [usize; 5] = [2, 9, 16, 23, 29];
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum Dtype {
@@ -133,7 +139,16 @@ pub fn run(args: DumpArgs, devices: &Devices) -> anyhow::Result<()> {
         }
         .into());
     }
-    if let Some(&l) = args.layers.iter().find(|&&l| l >= cfg.n_layers) {
+    let layers = match &args.layers {
+        Some(l) => l.clone(),
+        None if cfg.arch.all_global() => SMOLLM2_LAYERS
+            .iter()
+            .copied()
+            .filter(|&l| l < cfg.n_layers)
+            .collect(),
+        None => cfg.global_layers(),
+    };
+    if let Some(&l) = layers.iter().find(|&&l| l >= cfg.n_layers) {
         anyhow::bail!(
             "--layers: layer {l} does not exist (the model has {})",
             cfg.n_layers
@@ -154,7 +169,7 @@ pub fn run(args: DumpArgs, devices: &Devices) -> anyhow::Result<()> {
         _ => m.tokenizer.decode(&prompt)?,
     };
     let layers: Vec<usize> = {
-        let mut l = args.layers.clone();
+        let mut l = layers;
         l.sort_unstable();
         l.dedup();
         l
@@ -175,7 +190,9 @@ pub fn run(args: DumpArgs, devices: &Devices) -> anyhow::Result<()> {
         })
         .collect();
 
-    let bar = ProgressBar::new((cfg.n_layers + n_decode) as u64);
+    // One tick per layer of each prefill call (chunks of PREFILL_CHUNK), then per decode step.
+    let prefill_calls = n_prefill.div_ceil(PREFILL_CHUNK);
+    let bar = ProgressBar::new((cfg.n_layers * prefill_calls + n_decode) as u64);
     bar.set_style(
         ProgressStyle::with_template("{msg:>8} [{bar:40}] {pos}/{len} {elapsed_precise}")
             .unwrap_or_else(|_| ProgressStyle::default_bar())

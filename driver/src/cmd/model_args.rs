@@ -24,12 +24,17 @@ pub struct PolicyRunArgs {
 
 #[derive(Debug, Args)]
 pub struct ModelArgs {
-    /// GGUF model file [default: models/SmolLM2-135M-Instruct.Q4_1.gguf, sha256-checked].
-    #[arg(long)]
-    pub model: Option<PathBuf>,
+    /// A model family fetched by scripts/get-model.sh (`smollm2-135m`, `gemma3-270m`: its file
+    /// under models/, sha256-checked) or the path of a GGUF file [default: smollm2-135m].
+    #[arg(long, value_name = "NAME|PATH")]
+    pub model: Option<String>,
     /// Expected sha256 of the model file (checked before loading).
     #[arg(long)]
     pub sha256: Option<String>,
+    /// NTK-aware RoPE scaling: base × F^(d/(d−2)) and a context F times the trained one (e.g.
+    /// 4 for SmolLM2 at 32K). Gemma 3's local layers keep their base.
+    #[arg(long, value_name = "F", default_value_t = 1.0)]
+    pub rope_scale: f64,
 }
 
 impl ModelArgs {
@@ -37,9 +42,18 @@ impl ModelArgs {
     pub fn load(&self, devices: &Devices) -> anyhow::Result<Model> {
         let t0 = Instant::now();
         let m = Model::load_default_or(self.model.as_deref(), self.sha256.as_deref(), devices)
+            .and_then(|m| m.with_rope_scale(self.rope_scale))
             .context("loading the model")?;
+        let scale = if self.rope_scale > 1.0 {
+            format!(
+                ", RoPE scale {} (context {})",
+                self.rope_scale, m.llama.cfg.context_length
+            )
+        } else {
+            String::new()
+        };
         eprintln!(
-            "loaded {} ({} layers) from {} in {:.2} s",
+            "loaded {} ({} layers{scale}) from {} in {:.2} s",
             m.name,
             m.llama.cfg.n_layers,
             m.path.display(),

@@ -117,6 +117,7 @@ impl PolicyArgs {
             },
             retopk_index: self.retopk_index,
             dense_layers: self.dense_layers.clone(),
+            local_layers: Vec::new(),
             store: self.store,
             tail_samples: self.tail_samples,
             step_seeds: self.step_seeds,

@@ -1,9 +1,14 @@
 //! The architecture seam: what a model family chooses per layer, read by [`Block`] and
 //! [`Attention`] (and by the loaders) so that the forward pass is written once.
 //!
-//! Each choice is an enum whose variants are the families this driver runs. Today that is Llama
-//! (SmolLM2) only; Gemma 3 will add its variants here (marked "Gemma 3:" below) together with the
-//! kernels they need, and a `match` in `block.rs` gains an arm per variant.
+//! Each choice is an enum whose variants are the families this driver runs: Llama (SmolLM2) and
+//! Gemma 3; `block.rs` has a `match` arm per variant.
+//!
+//! Gemma 3 facts that its GGUF metadata does not hold (llama.cpp hard-codes them too): layer `l`
+//! is global iff `l % 6 == 5`, the others attend a sliding window of
+//! `gemma3.attention.sliding_window` keys (the query's own included); RoPE base
+//! `gemma3.rope.freq_base` (1e6) on global layers and [`GEMMA3_LOCAL_ROPE_BASE`] on local ones.
+//! The converter stored every RMSNorm weight as `1 + w`, so the norms are applied as stored.
 //!
 //! RoPE: every family rotates with Hugging Face's rotate-half (NEOX) layout, pairs `(i, i + d/2)`
 //! (`ops::Rope::apply`, `kernels/llama.cu` `rope`). What differs is how the file stores the q/k
@@ -16,11 +21,19 @@
 
 use super::error::{ModelError, Result};
 
+/// RoPE base of Gemma 3's local (sliding-window) layers.
+pub const GEMMA3_LOCAL_ROPE_BASE: f64 = 10_000.0;
+/// Every `GEMMA3_GLOBAL_EVERY`-th layer of Gemma 3 (`l % 6 == 5`) attends globally.
+pub const GEMMA3_GLOBAL_EVERY: usize = 6;
+
 /// A model family (`general.architecture` in GGUF).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Architecture {
     /// Llama (SmolLM2): pre-norm blocks, SwiGLU, one RoPE base, global attention in every layer.
     Llama,
+    /// Gemma 3: pre- and post-norms, per-head q/k RMSNorm, GeGLU, scaled embeddings, five local
+    /// (sliding-window) layers per global one, each kind with its RoPE base.
+    Gemma3,
 }
 
 impl Architecture {
@@ -28,6 +41,7 @@ impl Architecture {
     pub fn from_gguf_name(name: &str) -> Result<Self> {
         match name {
             "llama" => Ok(Architecture::Llama),
+            "gemma3" => Ok(Architecture::Gemma3),
             other => Err(ModelError::Architecture(other.to_string())),
         }
     }
@@ -36,11 +50,18 @@ impl Architecture {
     pub fn gguf_name(self) -> &'static str {
         match self {
             Architecture::Llama => "llama",
+            Architecture::Gemma3 => "gemma3",
         }
     }
 
-    /// What layer `layer` of a model with RoPE base `rope_base` does.
-    pub fn layer(self, _layer: usize, rope_base: f64) -> LayerSpec {
+    /// Whether every layer attends every earlier position (no sliding window anywhere).
+    pub fn all_global(self) -> bool {
+        matches!(self, Architecture::Llama)
+    }
+
+    /// What layer `layer` of a model with RoPE base `rope_base` (the file's, after any scaling)
+    /// and sliding window `window` (keys, Gemma 3) does.
+    pub fn layer(self, layer: usize, rope_base: f64, window: usize) -> LayerSpec {
         match self {
             Architecture::Llama => LayerSpec {
                 norms: NormPlacement::Pre,
@@ -52,6 +73,27 @@ impl Architecture {
                 },
                 attention: AttentionKind::Global,
             },
+            Architecture::Gemma3 => {
+                let global = layer % GEMMA3_GLOBAL_EVERY == GEMMA3_GLOBAL_EVERY - 1;
+                LayerSpec {
+                    norms: NormPlacement::PrePost,
+                    qk_norm: QkNorm::PerHead,
+                    activation: Activation::GeGlu,
+                    rope: RopeSpec {
+                        base: if global {
+                            rope_base
+                        } else {
+                            GEMMA3_LOCAL_ROPE_BASE
+                        },
+                        rows: QkRowOrder::AsStored,
+                    },
+                    attention: if global {
+                        AttentionKind::Global
+                    } else {
+                        AttentionKind::SlidingWindow(window)
+                    },
+                }
+            }
         }
     }
 
@@ -59,6 +101,7 @@ impl Architecture {
     pub fn embed_scale(self) -> EmbedScale {
         match self {
             Architecture::Llama => EmbedScale::None,
+            Architecture::Gemma3 => EmbedScale::SqrtDim,
         }
     }
 }
@@ -77,23 +120,29 @@ pub struct LayerSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NormPlacement {
     /// Before attention and before the MLP, on the residual stream's copy (Llama).
-    /// Gemma 3: `PrePost`, a further RMSNorm on the attention and MLP outputs before each
-    /// residual add.
     Pre,
+    /// [`NormPlacement::Pre`] and a further RMSNorm on the attention and MLP outputs before
+    /// each residual add (Gemma 3: `post_attention_norm`, `post_ffw_norm`).
+    PrePost,
 }
 
 /// Normalization of queries and keys before RoPE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QkNorm {
-    /// None (Llama). Gemma 3: `PerHead`, an RMSNorm over each head's `head_dim` values.
+    /// None (Llama).
     None,
+    /// An RMSNorm over each head's `head_dim` values, one weight shared by the heads
+    /// (Gemma 3: `attn_q_norm`, `attn_k_norm`).
+    PerHead,
 }
 
 /// The MLP's gated activation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Activation {
-    /// `silu(gate) · up` (Llama). Gemma 3: `GeGlu`, `gelu_tanh(gate) · up`.
+    /// `silu(gate) · up` (Llama).
     SwiGlu,
+    /// `gelu_tanh(gate) · up` (Gemma 3).
+    GeGlu,
 }
 
 /// Rotary embedding of one layer.
@@ -110,23 +159,38 @@ pub struct RopeSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QkRowOrder {
     /// llama.cpp's permutation for interleaved RoPE, undone at load (`weights::unpermute_rows`).
-    /// Gemma 3: `AsStored` (NEOX order already).
     LlamaCppPermuted,
+    /// Rotate-half (NEOX) order already (Gemma 3).
+    AsStored,
 }
 
 /// Which keys a layer's queries attend to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttentionKind {
     /// Every earlier position; decode policies (retrieval attention) apply here.
-    /// Gemma 3: `SlidingWindow(512)` on local layers, where there is nothing to retrieve.
     Global,
+    /// The last `w` positions, the query's own included (Gemma 3's local layers, `w` = 512):
+    /// exact attention over the window, nothing to retrieve.
+    SlidingWindow(usize),
+}
+
+impl AttentionKind {
+    /// The window of a sliding-window layer; `None` for a global one.
+    pub fn window(self) -> Option<usize> {
+        match self {
+            AttentionKind::Global => None,
+            AttentionKind::SlidingWindow(w) => Some(w),
+        }
+    }
 }
 
 /// Scale of the token embeddings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EmbedScale {
-    /// Used as stored (Llama). Gemma 3: `SqrtDim`, multiplied by `sqrt(dim)`.
+    /// Used as stored (Llama).
     None,
+    /// Multiplied by `sqrt(dim)` (Gemma 3).
+    SqrtDim,
 }
 
 #[cfg(test)]
@@ -134,17 +198,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn llama_is_the_only_family_and_fills_every_layer_alike() {
+    fn llama_fills_every_layer_alike() {
         let a = Architecture::from_gguf_name("llama").expect("llama");
         assert_eq!(a.gguf_name(), "llama");
         assert!(matches!(
-            Architecture::from_gguf_name("gemma3"),
-            Err(ModelError::Architecture(name)) if name == "gemma3"
+            Architecture::from_gguf_name("mistral"),
+            Err(ModelError::Architecture(name)) if name == "mistral"
         ));
-        let l0 = a.layer(0, 1e5);
-        assert_eq!(l0, a.layer(29, 1e5));
+        let l0 = a.layer(0, 1e5, 0);
+        assert_eq!(l0, a.layer(29, 1e5, 0));
         assert_eq!(l0.rope.base, 1e5);
         assert_eq!(l0.attention, AttentionKind::Global);
         assert_eq!(a.embed_scale(), EmbedScale::None);
+        assert!(a.all_global());
+    }
+
+    #[test]
+    fn gemma3_has_five_local_layers_per_global_one_each_with_its_base() {
+        let a = Architecture::from_gguf_name("gemma3").expect("gemma3");
+        assert_eq!(a.gguf_name(), "gemma3");
+        let global: Vec<usize> = (0..18)
+            .filter(|&l| a.layer(l, 1e6, 512).attention == AttentionKind::Global)
+            .collect();
+        assert_eq!(global, [5, 11, 17]);
+        let (local, glob) = (a.layer(0, 1e6, 512), a.layer(5, 1e6, 512));
+        assert_eq!(local.attention.window(), Some(512));
+        assert_eq!(glob.attention.window(), None);
+        assert_eq!(local.rope.base, GEMMA3_LOCAL_ROPE_BASE);
+        assert_eq!(glob.rope.base, 1e6);
+        assert_eq!(glob.norms, NormPlacement::PrePost);
+        assert_eq!(glob.qk_norm, QkNorm::PerHead);
+        assert_eq!(glob.activation, Activation::GeGlu);
+        assert_eq!(glob.rope.rows, QkRowOrder::AsStored);
+        assert_eq!(a.embed_scale(), EmbedScale::SqrtDim);
+        assert!(!a.all_global());
     }
 }

@@ -98,6 +98,12 @@ pub trait Backend {
     /// `gate = silu(gate) · up`, element-wise.
     fn swiglu(&mut self, gate: &mut Self::Buf, up: &Self::Buf) -> Result<()>;
 
+    /// `gate = gelu_tanh(gate) · up`, element-wise (GeGLU).
+    fn geglu(&mut self, gate: &mut Self::Buf, up: &Self::Buf) -> Result<()>;
+
+    /// `x *= s`, element-wise.
+    fn scale(&mut self, x: &mut Self::Buf, s: f32) -> Result<()>;
+
     /// `x += h` (a residual connection).
     fn add(&mut self, x: &mut Self::Buf, h: &Self::Buf) -> Result<()>;
 
@@ -116,7 +122,8 @@ pub trait Backend {
     ) -> Result<(Cow<'x, [f32]>, Cow<'x, [f32]>)>;
 
     /// Causal attention of `rows` queries at positions `pos0..` over `layer`'s cached keys
-    /// `0..pos0 + rows` (already appended): `out = softmax(q·kᵀ/√hd)·v` per query head.
+    /// `0..pos0 + rows` (already appended): `out = softmax(q·kᵀ/√hd)·v` per query head. With
+    /// `window = Some(w)` the query at `p` attends keys `p + 1 − w ..= p` only.
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &mut self,
@@ -124,8 +131,8 @@ pub trait Backend {
         q: &Self::Buf,
         cache: &KvCache,
         heads: Heads,
-        rows: usize,
-        pos0: usize,
+        rows_pos0: (usize, usize),
+        window: Option<usize>,
         out: &mut Self::Buf,
     ) -> Result<()>;
 

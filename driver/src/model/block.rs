@@ -10,7 +10,7 @@ use super::arch::{Activation, AttentionKind, LayerSpec, NormPlacement, QkNorm, Q
 use super::backend::{Backend, Part, Timer};
 use super::cache::KvCache;
 use super::config::Config;
-use super::error::Result;
+use super::error::{ModelError, Result};
 use super::gguf::GgufFile;
 use super::hooks::{CaptureFn, DecodeAttention, LayerCapture};
 use super::weights::unpermute_rows;
@@ -24,6 +24,10 @@ pub struct Attention<T> {
     pub wk: T,
     pub wv: T,
     pub wo: T,
+    /// The per-head RMSNorm weights of q and k (`head_dim` each) where the layer has
+    /// [`QkNorm::PerHead`].
+    pub q_norm: Option<T>,
+    pub k_norm: Option<T>,
 }
 
 /// The gated MLP: `down(act(gate(x)) · up(x))`.
@@ -42,6 +46,26 @@ pub struct Block<T> {
     pub attn: Attention<T>,
     pub ffn_norm: T,
     pub mlp: Mlp<T>,
+    /// The norms of the attention and MLP outputs where the layer has
+    /// [`NormPlacement::PrePost`].
+    pub post_attn_norm: Option<T>,
+    pub post_ffn_norm: Option<T>,
+}
+
+/// The weight `w` a layer's spec needs, or the error naming the tensor.
+fn needed<'w, T>(w: &'w Option<T>, layer: usize, name: &str) -> Result<&'w T> {
+    w.as_ref().ok_or_else(|| ModelError::Tensor {
+        tensor: format!("blk.{layer}.{name}.weight"),
+        reason: "absent, but the layer's architecture needs it".into(),
+    })
+}
+
+/// Maps an optional tensor.
+fn map_opt<T, U, E>(
+    t: &Option<T>,
+    f: &mut impl FnMut(&T) -> std::result::Result<U, E>,
+) -> std::result::Result<Option<U>, E> {
+    t.as_ref().map(f).transpose()
 }
 
 /// The activation buffers of one forward call (`rows` token rows), reused by every layer.
@@ -106,13 +130,23 @@ impl<T> Attention<T> {
         s.timer.lap(Part::Matmul);
         match spec.qk_norm {
             QkNorm::None => {}
+            QkNorm::PerHead => {
+                let eps = c.rms_eps;
+                let qn = needed(&self.q_norm, layer, "attn_q_norm")?;
+                let kn = needed(&self.k_norm, layer, "attn_k_norm")?;
+                b.rms_norm_in_place(&mut a.q, qn, (n * c.n_heads, hd), eps)?;
+                b.rms_norm_in_place(&mut a.k, kn, (n * c.n_kv_heads, hd), eps)?;
+                s.timer.lap(Part::Other);
+            }
         }
         b.rope(&mut a.q, (n, c.n_heads, hd), pos0, rope)?;
         b.rope(&mut a.k, (n, c.n_kv_heads, hd), pos0, rope)?;
         let heads = c.heads();
         let (k_host, v_host) = b.append_kv(layer, &a.k, &a.v, s.cache, heads, pos0)?;
+        // Policies (retrieval attention) apply to global layers; a window has nothing to retrieve.
         let policy = match spec.attention {
             AttentionKind::Global => s.policy.as_deref_mut().filter(|_| n == 1),
+            AttentionKind::SlidingWindow(_) => None,
         };
         let q_host = if s.capture.is_some() || policy.is_some() {
             b.to_host(&a.q)?
@@ -132,7 +166,10 @@ impl<T> Attention<T> {
         s.timer.lap(Part::Other);
         match policy {
             Some(p) => b.policy_attention(layer, &a.q, &q_host, s.cache, pos0, p, &mut a.att)?,
-            None => b.attention(layer, &a.q, s.cache, heads, n, pos0, &mut a.att)?,
+            None => {
+                let window = spec.attention.window();
+                b.attention(layer, &a.q, s.cache, heads, (n, pos0), window, &mut a.att)?
+            }
         }
         s.timer.lap(Part::Attention);
         b.linear(&a.att, n, &self.wo, (c.dim, q_dim), &mut a.h)?;
@@ -150,6 +187,8 @@ impl<T> Attention<T> {
             wk: f(&self.wk)?,
             wv: f(&self.wv)?,
             wo: f(&self.wo)?,
+            q_norm: map_opt(&self.q_norm, f)?,
+            k_norm: map_opt(&self.k_norm, f)?,
         })
     }
 }
@@ -169,6 +208,7 @@ impl<T> Mlp<T> {
         s.timer.lap(Part::Matmul);
         match spec.activation {
             Activation::SwiGlu => b.swiglu(&mut a.gate, &a.up)?,
+            Activation::GeGlu => b.geglu(&mut a.gate, &a.up)?,
         }
         s.timer.lap(Part::Other);
         b.linear(&a.gate, n, &self.down, (dim, ffn), &mut a.h)?;
@@ -190,7 +230,8 @@ impl<T> Mlp<T> {
 }
 
 impl<T> Block<T> {
-    /// One layer on the residual stream `a.x`: `x += attn(norm(x)); x += mlp(norm(x))`.
+    /// One layer on the residual stream `a.x`: `x += attn(norm(x)); x += mlp(norm(x))`, with
+    /// [`NormPlacement::PrePost`] `x += norm(attn(norm(x)))` and the same for the MLP.
     /// `layer` is the layer's number, `rope` its RoPE table.
     pub(crate) fn forward<B: Backend<Tensor = T>>(
         &self,
@@ -211,6 +252,21 @@ impl<T> Block<T> {
                 self.mlp.forward(b, &self.spec, a, s)?;
                 b.add(&mut a.x, &a.h)?;
             }
+            NormPlacement::PrePost => {
+                let post_attn = needed(&self.post_attn_norm, layer, "post_attention_norm")?;
+                let post_ffn = needed(&self.post_ffn_norm, layer, "post_ffw_norm")?;
+                b.rms_norm(&a.x, &self.attn_norm, rows_dim, eps, &mut a.h)?;
+                s.timer.lap(Part::Other);
+                self.attn.forward(b, &self.spec, (layer, rope), a, s)?;
+                b.rms_norm_in_place(&mut a.h, post_attn, rows_dim, eps)?;
+                b.add(&mut a.x, &a.h)?;
+                b.rms_norm(&a.x, &self.ffn_norm, rows_dim, eps, &mut a.h)?;
+                s.timer.lap(Part::Other);
+                self.mlp.forward(b, &self.spec, a, s)?;
+                b.rms_norm_in_place(&mut a.h, post_ffn, rows_dim, eps)?;
+                b.add(&mut a.x, &a.h)?;
+                s.timer.lap(Part::Other);
+            }
         }
         Ok(())
     }
@@ -226,19 +282,33 @@ impl<T> Block<T> {
             attn: self.attn.try_map(f)?,
             ffn_norm: f(&self.ffn_norm)?,
             mlp: self.mlp.try_map(f)?,
+            post_attn_norm: map_opt(&self.post_attn_norm, f)?,
+            post_ffn_norm: map_opt(&self.post_ffn_norm, f)?,
         })
     }
 }
 
 impl Attention<Vec<f32>> {
-    /// Layer `layer`'s projections from `g` (q/k rows brought to rotate-half order).
+    /// Layer `layer`'s projections from `g` (q/k rows brought to rotate-half order), and the q/k
+    /// norms where `spec` has them.
     pub fn load(g: &GgufFile, cfg: &Config, layer: usize, spec: &LayerSpec) -> Result<Self> {
         let (d, q, kv) = (cfg.dim as u64, cfg.q_dim() as u64, cfg.kv_dim() as u64);
         let t = |name: &str, dims: &[u64]| g.dequantize(&format!("blk.{layer}.{name}"), dims);
         let rows = |w: Vec<f32>, heads: usize| match spec.rope.rows {
             QkRowOrder::LlamaCppPermuted => unpermute_rows(&w, heads, cfg.head_dim, cfg.dim),
+            QkRowOrder::AsStored => w,
+        };
+        let hd = [cfg.head_dim as u64];
+        let (q_norm, k_norm) = match spec.qk_norm {
+            QkNorm::None => (None, None),
+            QkNorm::PerHead => (
+                Some(t("attn_q_norm.weight", &hd)?),
+                Some(t("attn_k_norm.weight", &hd)?),
+            ),
         };
         Ok(Attention {
+            q_norm,
+            k_norm,
             wq: rows(t("attn_q.weight", &[d, q])?, cfg.n_heads),
             wk: rows(t("attn_k.weight", &[d, kv])?, cfg.n_kv_heads),
             wv: t("attn_v.weight", &[d, kv])?,
@@ -265,7 +335,16 @@ impl Block<Vec<f32>> {
     pub fn load(g: &GgufFile, cfg: &Config, layer: usize) -> Result<Self> {
         let spec = cfg.layer(layer);
         let t = |name: &str| g.dequantize(&format!("blk.{layer}.{name}"), &[cfg.dim as u64]);
+        let (post_attn_norm, post_ffn_norm) = match spec.norms {
+            NormPlacement::Pre => (None, None),
+            NormPlacement::PrePost => (
+                Some(t("post_attention_norm.weight")?),
+                Some(t("post_ffw_norm.weight")?),
+            ),
+        };
         Ok(Block {
+            post_attn_norm,
+            post_ffn_norm,
             attn_norm: t("attn_norm.weight")?,
             attn: Attention::load(g, cfg, layer, &spec)?,
             ffn_norm: t("ffn_norm.weight")?,

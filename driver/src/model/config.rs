@@ -1,9 +1,19 @@
 //! Hyperparameters of a model from its GGUF metadata (`<arch>.*` keys).
 
-use super::arch::{Architecture, LayerSpec};
+use super::arch::{Architecture, AttentionKind, LayerSpec};
 use super::backend::Heads;
 use super::error::{ModelError, Result};
 use super::gguf::GgufFile;
+
+/// Largest values a file may state (far above the models this driver runs).
+const MAX_LAYERS: usize = 1024;
+const MAX_DIM: usize = 65_536;
+const MAX_HEADS: usize = 1024;
+const MAX_HEAD_DIM: usize = 1024;
+const MAX_CONTEXT: usize = 1 << 20;
+/// Largest `context_length × head_dim` (the RoPE tables hold half of it per base, f32 cos and
+/// sin: 2^26 is 256 MiB a base); Gemma 3 270M needs 2^23.
+const MAX_ROPE_TABLE: usize = 1 << 26;
 
 /// Hyperparameters of a model of one [`Architecture`].
 #[derive(Debug, Clone, PartialEq)]
@@ -18,10 +28,13 @@ pub struct Config {
     pub ffn_dim: usize,
     pub vocab_size: usize,
     pub context_length: usize,
-    /// The RoPE base of the file (`rope.freq_base`); [`Config::layer`] says which base each
-    /// layer uses.
+    /// The RoPE base of the file (`rope.freq_base`), times [`Config::with_rope_scale`]'s factor;
+    /// [`Config::layer`] says which base each layer uses.
     pub rope_theta: f64,
     pub rms_eps: f32,
+    /// Keys a sliding-window layer attends (`attention.sliding_window`; 0 where every layer is
+    /// global).
+    pub sliding_window: usize,
 }
 
 impl Config {
@@ -48,13 +61,40 @@ impl Config {
                 "must divide the number of query heads",
             ));
         }
-        if dim % n_heads != 0 || (dim / n_heads) % 2 != 0 {
+        // Gemma 3 states its head dim (256 ≠ 640 / 4); Llama files leave it at dim / n_heads.
+        let stated = u("attention.key_length").ok();
+        let head_dim = match stated {
+            Some(hd) => hd,
+            None if n_heads <= dim && dim % n_heads == 0 => dim / n_heads,
+            None => {
+                return Err(bad(
+                    "embedding_length",
+                    "must be n_heads × the head dim when attention.key_length is absent",
+                ))
+            }
+        };
+        if head_dim == 0 || head_dim % 2 != 0 || head_dim > MAX_HEAD_DIM {
+            let k = match stated {
+                Some(_) => "attention.key_length",
+                None => "embedding_length",
+            };
+            return Err(bad(k, "the head dim must be even, in 2..=1024"));
+        }
+        if u("attention.value_length").is_ok_and(|v| v != head_dim) {
             return Err(bad(
-                "embedding_length",
-                "must be n_heads × an even head dim",
+                "attention.value_length",
+                "must equal the key length (head dim)",
             ));
         }
-        let head_dim = dim / n_heads;
+        let sliding_window = if arch.all_global() {
+            0
+        } else {
+            let w = u("attention.sliding_window")?;
+            if w == 0 {
+                return Err(bad("attention.sliding_window", "must be at least 1"));
+            }
+            w
+        };
         if let Ok(rope_dims) = u("rope.dimension_count") {
             if rope_dims != head_dim {
                 return Err(bad("rope.dimension_count", "partial RoPE is not supported"));
@@ -72,16 +112,78 @@ impl Config {
             context_length: u("context_length")?,
             rope_theta: g.meta_f64(&key("rope.freq_base")).unwrap_or(10000.0),
             rms_eps: g.meta_f64(&key("attention.layer_norm_rms_epsilon"))? as f32,
+            sliding_window,
         };
         if cfg.n_layers == 0 || cfg.ffn_dim == 0 || cfg.vocab_size == 0 || cfg.context_length == 0 {
             return Err(bad("*", "a dimension is zero"));
         }
+        // Bounds that keep a hostile file from asking for giant allocations (weights are
+        // checked against the file's size when read; these bound what is allocated before).
+        let limits = [
+            ("block_count", cfg.n_layers, MAX_LAYERS),
+            ("embedding_length", cfg.dim, MAX_DIM),
+            ("attention.head_count", cfg.n_heads, MAX_HEADS),
+            ("feed_forward_length", cfg.ffn_dim, MAX_DIM * 8),
+            ("context_length", cfg.context_length, MAX_CONTEXT),
+        ];
+        for (k, v, max) in limits {
+            if v > max {
+                return Err(bad(k, &format!("{v} exceeds the supported {max}")));
+            }
+        }
+        if cfg.context_length * cfg.head_dim > MAX_ROPE_TABLE {
+            return Err(bad(
+                "context_length",
+                &format!(
+                    "{} × head dim {} exceeds the supported {MAX_ROPE_TABLE}",
+                    cfg.context_length, cfg.head_dim
+                ),
+            ));
+        }
+        if !(cfg.rope_theta.is_finite() && cfg.rope_theta > 1.0) {
+            return Err(bad("rope.freq_base", "must be a finite number above 1"));
+        }
+        if !(cfg.rms_eps.is_finite() && cfg.rms_eps >= 0.0) {
+            return Err(bad(
+                "attention.layer_norm_rms_epsilon",
+                "must be finite and non-negative",
+            ));
+        }
         Ok(cfg)
+    }
+
+    /// The same model with NTK-aware RoPE scaling by `factor` (context `factor` times longer):
+    /// the file's base becomes `base · factor^(d / (d − 2))` (`d` the head dim), and the context
+    /// length `factor` times the trained one. Layers with a base of their own (Gemma 3's local
+    /// layers) keep it. `factor` 1 is the model as trained.
+    pub fn with_rope_scale(mut self, factor: f64) -> Result<Self> {
+        if !(factor.is_finite() && (1.0..=64.0).contains(&factor)) {
+            return Err(ModelError::InvalidParam {
+                name: "rope-scale",
+                value: factor.to_string(),
+                reason: "must be in 1..=64",
+            });
+        }
+        if factor > 1.0 {
+            let d = self.head_dim as f64;
+            self.rope_theta *= factor.powf(d / (d - 2.0));
+            let longest = MAX_CONTEXT.min(MAX_ROPE_TABLE / self.head_dim);
+            self.context_length = ((self.context_length as f64 * factor) as usize).min(longest);
+        }
+        Ok(self)
     }
 
     /// What layer `layer` does (norms, activation, RoPE, attention kind).
     pub fn layer(&self, layer: usize) -> LayerSpec {
-        self.arch.layer(layer, self.rope_theta)
+        self.arch.layer(layer, self.rope_theta, self.sliding_window)
+    }
+
+    /// The layers that attend globally (every layer of Llama; 5, 11, 17 of Gemma 3 270M): where
+    /// decode policies apply and what dumps hold by default.
+    pub fn global_layers(&self) -> Vec<usize> {
+        (0..self.n_layers)
+            .filter(|&l| self.layer(l).attention == AttentionKind::Global)
+            .collect()
     }
 
     /// Width of the queries of one position, `n_heads · head_dim`.
@@ -117,6 +219,25 @@ impl Config {
             context_length: 8192,
             rope_theta: 100_000.0,
             rms_eps: 1e-5,
+            sliding_window: 0,
+        }
+    }
+
+    /// Gemma 3 270M's shape, for models with seeded random weights.
+    pub fn gemma3_270m() -> Self {
+        Config {
+            arch: Architecture::Gemma3,
+            n_layers: 18,
+            dim: 640,
+            n_heads: 4,
+            n_kv_heads: 1,
+            head_dim: 256,
+            ffn_dim: 2048,
+            vocab_size: 262_144,
+            context_length: 32_768,
+            rope_theta: 1_000_000.0,
+            rms_eps: 1e-6,
+            sliding_window: 512,
         }
     }
 }

@@ -98,6 +98,16 @@ impl Backend for CpuBackend<'_> {
         Ok(())
     }
 
+    fn geglu(&mut self, gate: &mut Vec<f32>, up: &Vec<f32>) -> Result<()> {
+        ops::geglu(gate, up);
+        Ok(())
+    }
+
+    fn scale(&mut self, x: &mut Vec<f32>, s: f32) -> Result<()> {
+        ops::scale(x, s);
+        Ok(())
+    }
+
     fn add(&mut self, x: &mut Vec<f32>, h: &Vec<f32>) -> Result<()> {
         for (xv, hv) in x.iter_mut().zip(h) {
             *xv += hv;
@@ -124,8 +134,8 @@ impl Backend for CpuBackend<'_> {
         q: &Vec<f32>,
         cache: &KvCache,
         heads: Heads,
-        rows: usize,
-        pos0: usize,
+        (rows, pos0): (usize, usize),
+        window: Option<usize>,
         out: &mut Vec<f32>,
     ) -> Result<()> {
         let shape = AttnShape {
@@ -133,6 +143,7 @@ impl Backend for CpuBackend<'_> {
             n_kv_heads: heads.n_kv_heads,
             head_dim: heads.head_dim,
             capacity: cache.capacity(),
+            window,
         };
         let (kc, vc) = cache.layer(layer);
         ops::attention(q, kc, vc, shape, pos0, rows, out);

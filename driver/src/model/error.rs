@@ -27,7 +27,7 @@ pub enum ModelError {
     #[error("{path}: not a valid GGUF file: {reason}")]
     Format { path: PathBuf, reason: String },
     /// A tensor uses a ggml type this crate cannot dequantize.
-    #[error("tensor {tensor}: unsupported ggml type {type_name} (id {type_id}); supported: F32, F16, Q4_1, Q8_0")]
+    #[error("tensor {tensor}: unsupported ggml type {type_name} (id {type_id}); supported: F32, F16, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K")]
     UnsupportedType {
         tensor: String,
         type_id: u32,
@@ -40,7 +40,7 @@ pub enum ModelError {
     #[error("tensor {tensor}: {reason}")]
     Tensor { tensor: String, reason: String },
     /// The architecture is not one this forward pass implements.
-    #[error("unsupported architecture {0:?} (only llama)")]
+    #[error("unsupported architecture {0:?} (supported: llama, gemma3)")]
     Architecture(String),
     /// Building or running the tokenizer failed.
     #[error("tokenizer: {0}")]

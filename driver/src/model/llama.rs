@@ -23,6 +23,10 @@ use super::hooks::{CaptureFn, DecodeAttention};
 use super::ops::Rope;
 use super::weights::Weights;
 
+/// Rows of one forward call: longer prefills run in calls of this many tokens, which bounds the
+/// activations (`rows × ffn_dim` floats and the like) whatever the prompt's length.
+pub const PREFILL_CHUNK: usize = 2048;
+
 /// The RoPE tables of a model: one per distinct base among its layers.
 #[derive(Debug)]
 pub struct RopeTables {
@@ -94,6 +98,14 @@ impl Llama {
         }
     }
 
+    /// The same model with NTK-aware RoPE scaling by `factor` ([`Config::with_rope_scale`]);
+    /// its RoPE tables are rebuilt for the longer context.
+    pub fn with_rope_scale(self, factor: f64) -> Result<Self> {
+        let cfg = self.cfg.clone().with_rope_scale(factor)?;
+        let ropes = RopeTables::new(&cfg);
+        Ok(Self { cfg, ropes, ..self })
+    }
+
     /// Runs forward passes on `device` from now on.
     pub fn set_device(&mut self, device: ModelDevice) {
         self.device = device;
@@ -149,7 +161,8 @@ impl Llama {
     }
 
     /// [`Llama::forward`] where a one-token call (a decode step) takes its attention from
-    /// `policy` when given (prefills always attend exactly).
+    /// `policy` when given (prefills always attend exactly). Calls of more than
+    /// [`PREFILL_CHUNK`] tokens run as consecutive calls of at most that many.
     pub fn forward_with(
         &self,
         tokens: &[u32],
@@ -159,6 +172,29 @@ impl Llama {
         timings: &mut Timings,
     ) -> Result<Vec<f32>> {
         self.check_call(tokens, cache)?;
+        if tokens.len() <= PREFILL_CHUNK {
+            return self.forward_call(tokens, cache, capture, policy, timings);
+        }
+        // A long prefill in chunks: each is an ordinary forward call on the cache so far, so
+        // activations stay bounded by PREFILL_CHUNK rows whatever the length.
+        let mut capture = capture;
+        let mut hidden = Vec::with_capacity(tokens.len() * self.cfg.dim);
+        for chunk in tokens.chunks(PREFILL_CHUNK) {
+            let cb = capture.as_deref_mut();
+            hidden.extend(self.forward_call(chunk, cache, cb, None, timings)?);
+        }
+        Ok(hidden)
+    }
+
+    /// One forward call of a checked `tokens` on the model's device.
+    fn forward_call(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        capture: Option<&mut CaptureFn<'_>>,
+        policy: Option<&mut dyn DecodeAttention>,
+        timings: &mut Timings,
+    ) -> Result<Vec<f32>> {
         let pass = Pass {
             tokens,
             cache,
@@ -215,6 +251,7 @@ impl Llama {
         b.embed(&w.embed, tokens, c.dim, &mut a.x)?;
         match c.arch.embed_scale() {
             EmbedScale::None => {}
+            EmbedScale::SqrtDim => b.scale(&mut a.x, (c.dim as f32).sqrt())?,
         }
         timer.lap(Part::Other);
         let mut s = Step {
@@ -293,6 +330,7 @@ pub fn argmax(logits: &[f32], skip: impl Fn(u32) -> bool) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::LayerCapture;
 
     #[test]
     fn layers_with_one_rope_base_share_one_table() {
@@ -307,5 +345,113 @@ mod tests {
         assert_eq!(r.tables()[0].max_pos(), 16);
         let want = Rope::new(cfg.head_dim, cfg.rope_theta, 16);
         assert_eq!(r.tables()[0].tables(), want.tables());
+    }
+
+    /// A Gemma-3-shaped model small enough for a unit test: six layers (the last global), a
+    /// window of 8 keys, head dim ≠ dim / heads.
+    fn tiny_gemma() -> Llama {
+        let cfg = Config {
+            n_layers: 6,
+            dim: 32,
+            n_heads: 2,
+            n_kv_heads: 1,
+            head_dim: 24,
+            ffn_dim: 64,
+            vocab_size: 50,
+            context_length: 64,
+            sliding_window: 8,
+            ..Config::gemma3_270m()
+        };
+        let w = Weights::random(&cfg, 11);
+        Llama::new(cfg, w)
+    }
+
+    #[test]
+    fn gemma3_layers_get_two_rope_tables_and_one_global_layer() {
+        let m = tiny_gemma();
+        assert_eq!(m.ropes().tables().len(), 2);
+        assert_eq!(m.cfg.global_layers(), [5]);
+        assert_eq!(
+            (0..6).map(|l| m.ropes().of_layer(l)).collect::<Vec<_>>(),
+            [0, 0, 0, 0, 0, 1]
+        );
+    }
+
+    #[test]
+    fn gemma3_prefill_in_chunks_and_decode_steps_equal_one_prefill() {
+        let m = tiny_gemma();
+        let tokens: Vec<u32> = (0..40).map(|i| (i * 7 + 3) % 50).collect();
+        let mut tm = Timings::default();
+        let mut cache = m.new_cache(40).expect("cache");
+        let whole = m
+            .forward(&tokens, &mut cache, None, &mut tm)
+            .expect("prefill");
+        assert!(whole.iter().all(|v| v.is_finite()));
+        // 25 + 15 rows (the window spans the seam), then 30 rows and ten one-token steps.
+        let mut c2 = m.new_cache(40).expect("cache");
+        let mut chunked = m.forward(&tokens[..25], &mut c2, None, &mut tm).expect("a");
+        chunked.extend(m.forward(&tokens[25..], &mut c2, None, &mut tm).expect("b"));
+        let mut c3 = m.new_cache(40).expect("cache");
+        let mut stepped = m.forward(&tokens[..30], &mut c3, None, &mut tm).expect("c");
+        for &t in &tokens[30..] {
+            stepped.extend(m.forward(&[t], &mut c3, None, &mut tm).expect("step"));
+        }
+        for (i, ((a, b), c)) in whole.iter().zip(&chunked).zip(&stepped).enumerate() {
+            assert!((a - b).abs() < 1e-4, "chunked, value {i}: {a} vs {b}");
+            assert!((a - c).abs() < 1e-4, "stepped, value {i}: {a} vs {c}");
+        }
+        // The windows are windows: through five local layers (window 8) position 39 sees
+        // positions 4.. only, so the global layer's key at 39 ignores token 0, while its
+        // attention (and so the output) does not.
+        let run = |toks: &[u32]| {
+            let mut k5 = Vec::new();
+            let mut cb = |c: LayerCapture<'_>| {
+                if c.layer == 5 {
+                    k5 = c.k[39 * 24..].to_vec();
+                }
+            };
+            let mut c = m.new_cache(40).expect("cache");
+            let h = m
+                .forward(toks, &mut c, Some(&mut cb), &mut Timings::default())
+                .expect("forward");
+            (k5, h[39 * 32..].to_vec())
+        };
+        let mut other = tokens.clone();
+        other[0] = 1;
+        let ((k_a, h_a), (k_b, h_b)) = (run(&tokens), run(&other));
+        assert_eq!(
+            k_a, k_b,
+            "layer 5's key at 39 depends on positions 4.. only"
+        );
+        assert_ne!(h_a, h_b, "the global layer attends position 0");
+        let mut near = tokens.clone();
+        near[10] = 1;
+        assert_ne!(
+            run(&near).0,
+            k_a,
+            "position 10 is inside the receptive field"
+        );
+    }
+
+    #[test]
+    fn rope_scale_raises_the_base_ntk_style_and_the_context() {
+        let cfg = Config::smollm2_135m().with_rope_scale(4.0).expect("scale");
+        let want = 100_000.0 * 4f64.powf(64.0 / 62.0);
+        assert!((cfg.rope_theta - want).abs() < 1e-6 * want);
+        assert_eq!(cfg.context_length, 4 * 8192);
+        assert_eq!(
+            Config::smollm2_135m().with_rope_scale(1.0).expect("1"),
+            Config::smollm2_135m()
+        );
+        for bad in [0.5, f64::NAN, 1000.0] {
+            assert!(Config::smollm2_135m().with_rope_scale(bad).is_err());
+        }
+        // Gemma 3's local layers keep their base; the global ones scale.
+        let g = Config::gemma3_270m().with_rope_scale(2.0).expect("scale");
+        assert_eq!(
+            g.layer(0).rope.base,
+            super::super::arch::GEMMA3_LOCAL_ROPE_BASE
+        );
+        assert!(g.layer(5).rope.base > 1e6);
     }
 }

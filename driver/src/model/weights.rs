@@ -9,6 +9,7 @@
 
 use rayon::prelude::*;
 
+use super::arch::{NormPlacement, QkNorm};
 use super::block::{Attention, Block, Mlp};
 use super::config::Config;
 use super::error::{ModelError, Result};
@@ -84,14 +85,24 @@ impl Weights {
             .into_par_iter()
             .map(|i| {
                 let b = 16 * (i as u64 + 1);
+                let spec = cfg.layer(i);
+                let (qk, post) = (
+                    spec.qk_norm == QkNorm::PerHead,
+                    spec.norms == NormPlacement::PrePost,
+                );
+                let hd = cfg.head_dim;
                 Block {
-                    spec: cfg.layer(i),
+                    spec,
+                    post_attn_norm: post.then(|| norm(d, b + 9)),
+                    post_ffn_norm: post.then(|| norm(d, b + 10)),
                     attn_norm: norm(d, b),
                     attn: Attention {
                         wq: mat(q * d, b + 1),
                         wk: mat(kv * d, b + 2),
                         wv: mat(kv * d, b + 3),
                         wo: mat(d * q, b + 4),
+                        q_norm: qk.then(|| norm(hd, b + 11)),
+                        k_norm: qk.then(|| norm(hd, b + 12)),
                     },
                     ffn_norm: norm(d, b + 5),
                     mlp: Mlp {

@@ -63,6 +63,10 @@ pub struct PolicyConfig {
     pub retopk_index: bool,
     /// Layers that attend to every key (no index is built for them).
     pub dense_layers: Vec<usize>,
+    /// Layers the model attends itself with a sliding window (Gemma 3's local layers): nothing
+    /// to retrieve, so no selector is built and the policy is never called for them.
+    /// [`Decoder::new`](crate::decode::Decoder::new) sets them from the model.
+    pub local_layers: Vec<usize>,
     /// Element type of the index's key copy (`exact-topk` always scans f32).
     #[serde(serialize_with = "dtype_name")]
     pub store: qkindex::Dtype,
@@ -93,6 +97,7 @@ impl PolicyConfig {
             retopk: ReTopKParams::default(),
             retopk_index: false,
             dense_layers: Vec::new(),
+            local_layers: Vec::new(),
             store: qkindex::Dtype::F16,
             tail_samples: 0,
             step_seeds: 0,
@@ -111,6 +116,11 @@ impl PolicyConfig {
     /// Whether `layer` attends every key.
     pub fn is_dense(&self, layer: usize) -> bool {
         self.dense_layers.contains(&layer)
+    }
+
+    /// Whether the model attends `layer` with its own sliding window (no policy there).
+    pub fn is_local(&self, layer: usize) -> bool {
+        self.local_layers.contains(&layer)
     }
 
     /// Rejects sizes no decode after a prefill of `n` positions can serve: `k = 0`, and a

@@ -51,6 +51,8 @@ pub struct Retrieval {
     cfg: PolicyConfig,
     shape: Shape,
     layers: Vec<Layer>,
+    /// The last layer the policy serves: its call ends a step.
+    last_served: usize,
     pub stats: RetrievalStats,
     observer: Option<Box<dyn StepObserver>>,
 }
@@ -59,6 +61,8 @@ pub struct Retrieval {
 enum Layer {
     /// Attends every key (`dense_layers`): a score buffer per KV head.
     Dense(Vec<Vec<f32>>),
+    /// A sliding-window layer the model attends itself (`local_layers`): never called.
+    Local,
     /// Static set + selection, per KV head.
     Split(Vec<Head>),
 }
@@ -124,6 +128,11 @@ impl Retrieval {
         let split = Split::at(n, cfg.sink, cfg.window);
         let mut layers = Vec::with_capacity(shape.n_layers);
         for layer in 0..shape.n_layers {
+            if cfg.is_local(layer) {
+                layers.push(Layer::Local);
+                (0..shape.n_kv_heads).for_each(|g| progress(layer, g));
+                continue;
+            }
             let queries = prefill_q.get(layer).map(Vec::as_slice);
             let mut heads = Vec::with_capacity(shape.n_kv_heads);
             for g in 0..shape.n_kv_heads {
@@ -143,11 +152,22 @@ impl Retrieval {
                 false => Layer::Split(heads),
             });
         }
+        let last_served = (0..shape.n_layers)
+            .rev()
+            .find(|&l| !cfg.is_local(l))
+            .ok_or_else(|| {
+                qkindex::Error::invalid_param(
+                    "local_layers",
+                    shape.n_layers,
+                    "hold every layer: there is nothing for the policy to serve",
+                )
+            })?;
         Ok(Retrieval {
             stats: RetrievalStats::new(shape.n_layers, t0.elapsed().as_secs_f64()),
             cfg,
             shape,
             layers,
+            last_served,
             observer: None,
         })
     }
@@ -159,7 +179,7 @@ impl Retrieval {
     /// Keys under the selector of `layer`, KV head `g` (0 without one).
     pub fn rest_len(&self, layer: usize, g: usize) -> usize {
         match &self.layers[layer] {
-            Layer::Dense(_) => 0,
+            Layer::Dense(_) | Layer::Local => 0,
             Layer::Split(heads) => heads[g].selector.n_keys(),
         }
     }
@@ -186,7 +206,7 @@ impl DecodeAttention for Retrieval {
     }
 
     fn static_set(&self, layer: usize, pos: usize) -> Option<(usize, usize)> {
-        if self.cfg.is_dense(layer) {
+        if self.cfg.is_dense(layer) || self.cfg.is_local(layer) {
             return None;
         }
         let split = Split::at(pos + 1, self.cfg.sink, self.cfg.window);
@@ -267,12 +287,20 @@ impl Retrieval {
         let stats = &mut self.stats;
         match &mut self.layers[layer] {
             Layer::Dense(scores) => dense_step(scores, &input, stats, out),
+            Layer::Local => {
+                return Err(qkindex::Error::invalid_param(
+                    "layer",
+                    layer,
+                    "attends a sliding window, which the model computes itself",
+                )
+                .into())
+            }
             Layer::Split(heads) => {
                 let observer = self.observer.as_deref_mut();
                 split_step(heads, &input, &self.cfg, stats, observer, static_part, out)?;
             }
         }
-        if layer + 1 == self.shape.n_layers {
+        if layer == self.last_served {
             self.stats.end_step();
         }
         Ok(())

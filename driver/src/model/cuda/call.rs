@@ -12,6 +12,7 @@ use qkindex_gpu::cudarc::driver::CudaSlice;
 
 use super::kernels::{elapsed, event, Dev, Parts};
 use super::{cuda, CudaStats, DevCache, DeviceWeights, Inner, CACHES_KEPT};
+use crate::model::arch::Architecture;
 use crate::model::backend::{Backend, Heads};
 use crate::model::cache::KvCache;
 use crate::model::error::{ModelError, Result};
@@ -20,9 +21,17 @@ use crate::model::llama::Llama;
 
 impl Inner {
     /// Uploads the model's weights and RoPE tables unless done already.
+    /// Families with operations the device lacks are refused here, before anything runs.
     pub(super) fn upload_weights(&mut self, model: &Llama) -> Result<()> {
         if self.w.is_some() {
             return Ok(());
+        }
+        if model.cfg.arch != Architecture::Llama {
+            return Err(ModelError::Device(format!(
+                "the {} architecture does not run on the CUDA backend yet (no kernels for its \
+                 sliding-window attention, q/k norms, GeGLU and embedding scale); use --device cpu",
+                model.cfg.arch.gguf_name()
+            )));
         }
         let s = &self.dev.stream;
         let up = |x: &[f32]| s.clone_htod(x).map_err(cuda("uploading weights"));
@@ -223,6 +232,14 @@ impl Backend for CudaCall<'_> {
         self.dev.elementwise(&self.dev.f.swiglu, gate, up, "swiglu")
     }
 
+    fn geglu(&mut self, _: &mut CudaSlice<f32>, _: &CudaSlice<f32>) -> Result<()> {
+        Err(not_on_cuda("GeGLU"))
+    }
+
+    fn scale(&mut self, _: &mut CudaSlice<f32>, _: f32) -> Result<()> {
+        Err(not_on_cuda("the embedding scale"))
+    }
+
     fn add(&mut self, x: &mut CudaSlice<f32>, h: &CudaSlice<f32>) -> Result<()> {
         self.dev.elementwise(&self.dev.f.add, x, h, "add_inplace")
     }
@@ -263,10 +280,13 @@ impl Backend for CudaCall<'_> {
         q: &CudaSlice<f32>,
         cache: &KvCache,
         heads: Heads,
-        rows: usize,
-        pos0: usize,
+        (rows, pos0): (usize, usize),
+        window: Option<usize>,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
+        if window.is_some() {
+            return Err(not_on_cuda("sliding-window attention"));
+        }
         let cap = cache.capacity();
         let heads = (heads.n_heads, heads.n_kv_heads, heads.head_dim);
         let dc = cache_of(&mut self.cache)?;
@@ -355,6 +375,13 @@ impl Backend for CudaCall<'_> {
 }
 
 /// The part buffers of a decode call (allocated when the call has one token).
+/// The error of an operation that only the CPU backend has (Gemma 3's).
+fn not_on_cuda(op: &str) -> ModelError {
+    ModelError::Device(format!(
+        "{op} is not implemented on the CUDA backend: Gemma 3 runs on the CPU (--device cpu)"
+    ))
+}
+
 fn decode_parts(parts: &mut Option<Parts>) -> Result<&mut Parts> {
     parts
         .as_mut()

@@ -290,6 +290,11 @@ impl GgufFile {
         }
     }
 
+    /// The tensor table, in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
     /// The tensor table entry named `name`.
     pub fn tensor(&self, name: &str) -> Result<&TensorInfo> {
         self.tensors

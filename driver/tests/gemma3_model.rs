@@ -1,0 +1,112 @@
+//! Gemma 3 270M end to end on the CPU backend: the greedy continuation of a prompt, the next-token
+//! distribution an independent numpy forward pass of the same GGUF file measured (issue 21:
+//! "The capital of France is" → " the" first, " Paris" third at p ≈ 0.08), the perplexity of the
+//! first 512 tokens of `tests/fixtures/spm/licenses-head.txt`, and a decode step equal to the
+//! prefill. The whole of GPL-3 (12.41 in the reference) is in `docs/bench/gemma3/` (too slow for
+//! a debug test).
+//!
+//! Without the model (`bash scripts/get-model.sh --model gemma3-270m`) the test prints `SKIP`
+//! and passes, except under CI (`CI` set), where its absence fails.
+
+use std::path::Path;
+
+use qkindex_driver::decode::log_softmax;
+use qkindex_driver::devices::Devices;
+use qkindex_driver::model::{argmax, Model, Timings};
+
+/// Perplexity of the first 512 tokens (BOS included) of licenses-head.txt, measured by this
+/// forward pass after it reproduced the reference's GPL-3 perplexity (see the module doc).
+const PPL_512: f64 = 9.1491;
+
+#[test]
+fn gemma3_continues_scores_and_decodes_like_the_reference() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let path = root.join("models/gemma-3-270m-q4_k_m.gguf");
+    if !path.is_file() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{} is missing under CI (run scripts/get-model.sh --model gemma3-270m)",
+            path.display()
+        );
+        println!(
+            "SKIP: {} not found (scripts/get-model.sh --model gemma3-270m)",
+            path.display()
+        );
+        return;
+    }
+    let m = Model::load(&path, None, &Devices::cpu()).expect("model");
+    let (l, tok) = (&m.llama, &m.tokenizer);
+    assert_eq!(l.cfg.global_layers(), [5, 11, 17]);
+    let mut tm = Timings::default();
+    let last = |text: &str, tm: &mut Timings| {
+        let ids = tok.encode(text).expect("encode");
+        let mut cache = l.new_cache(ids.len()).expect("cache");
+        let h = l.forward(&ids, &mut cache, None, tm).expect("forward");
+        l.last_logits(&h, tm).expect("logits")
+    };
+
+    let paris = last("The capital of France is the city of", &mut tm);
+    let next = argmax(&paris, |_| false);
+    assert_eq!(tok.decode(&[next]).expect("decode"), " Paris");
+
+    let lp = log_softmax(&last("The capital of France is", &mut tm));
+    let mut order: Vec<usize> = (0..lp.len()).collect();
+    order.sort_by(|&a, &b| lp[b].total_cmp(&lp[a]));
+    let word = |i: usize| tok.decode(&[i as u32]).expect("decode");
+    assert_eq!(word(order[0]), " the");
+    let rank = order
+        .iter()
+        .position(|&i| word(i) == " Paris")
+        .expect("Paris");
+    let p_paris = lp[order[rank]].exp();
+    assert!(rank < 3, "\" Paris\" ranks {rank}");
+    assert!((0.05..0.11).contains(&p_paris), "p(\" Paris\") = {p_paris}");
+
+    let text = std::fs::read_to_string(root.join("driver/tests/fixtures/spm/licenses-head.txt"))
+        .expect("text");
+    let ids = &tok.encode(&text).expect("encode")[..512];
+    let vocab = l.cfg.vocab_size;
+    let dim = l.cfg.dim;
+    // Negative log-likelihood of the next token after each row of `hidden` (rows from `r0`).
+    let nll_of = |hidden: &[f32], r0: usize, tm: &mut Timings| -> (f64, Vec<f32>) {
+        let mut nll = 0f64;
+        let mut last = Vec::new();
+        for (c, h) in hidden.chunks(64 * dim).enumerate() {
+            let rows = l.logits(h, tm).expect("logits");
+            for (i, row) in rows.chunks_exact(vocab).enumerate() {
+                let r = r0 + c * 64 + i;
+                if r + 1 < ids.len() {
+                    nll -= log_softmax(row)[ids[r + 1] as usize];
+                }
+            }
+            last = rows[rows.len() - vocab..].to_vec();
+        }
+        (nll, last)
+    };
+    // All 512 in one prefill, and 504 then 8 decode steps.
+    let mut full = l.new_cache(512).expect("cache");
+    let h = l
+        .forward(ids, &mut full, None, &mut tm)
+        .expect("prefill 512");
+    let (nll, want) = nll_of(&h, 0, &mut tm);
+    let ppl = (nll / 511.0).exp();
+    println!("ppl of the first 512 tokens: {ppl:.4}");
+    assert!(
+        (ppl / PPL_512 - 1.0).abs() < 0.01,
+        "ppl {ppl:.4}, expected {PPL_512:.4}"
+    );
+    let mut cache = l.new_cache(512).expect("cache");
+    l.forward(&ids[..504], &mut cache, None, &mut tm)
+        .expect("prefill 504");
+    let mut got = Vec::new();
+    for &t in &ids[504..] {
+        got = l.forward(&[t], &mut cache, None, &mut tm).expect("step");
+    }
+    let got = l.logits(&got, &mut tm).expect("logits");
+    let worst = want
+        .iter()
+        .zip(&got)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(worst < 1e-2, "decode vs prefill logits differ by {worst}");
+}
