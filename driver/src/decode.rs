@@ -80,7 +80,7 @@ impl<'m> Decoder<'m> {
         cfg: &PolicyConfig,
         extra: usize,
         knn: &dyn qkindex::KnnBackend,
-        mut progress: impl FnMut(usize, usize),
+        mut progress: impl FnMut(usize, usize) + Send,
     ) -> Result<Self, ModelError> {
         let hd = llama.cfg.head_dim;
         let capacity = (prefill.cache.len() + extra).min(llama.cfg.context_length);
@@ -99,7 +99,13 @@ impl<'m> Decoder<'m> {
                 cache.len(),
                 &prefill.q,
                 knn,
-                |layer, g| progress(layer * llama.cfg.n_kv_heads + g + 1, total),
+                {
+                    let mut done = 0;
+                    move |_, _| {
+                        done += 1;
+                        progress(done, total)
+                    }
+                },
             )?),
         };
         Ok(Decoder {

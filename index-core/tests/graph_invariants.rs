@@ -118,6 +118,27 @@ fn synth_graphs_hold_invariants() {
         check_exact_at_full_ef(&index, &data.test_queries, dim, what);
         assert_eq!(index.build_stats().train_queries, n, "{what}");
         assert_eq!(index.build_stats().knn_backend, "cpu", "{what}");
+    }
+    // The cheaper builds of issue 27: thinned training queries, capped pruning candidates, a
+    // coarse-IVF kNN. They keep every invariant; thinning reads ceil(ratio · n) queries.
+    let cheap = [
+        ("thinned", 0.5, 0, 0, n.div_ceil(2)),
+        ("capped candidates", 0.0, 48, 0, n),
+        ("coarse knn", 0.0, 0, 8, n),
+        ("all three", 0.3, 64, 4, (0.3 * n as f64).ceil() as usize),
+    ];
+    for (what, queries_per_key, prune_candidates, knn_probe, train_queries) in cheap {
+        let params = AttentionParams {
+            queries_per_key,
+            prune_candidates,
+            knn_probe,
+            ..AttentionParams::default()
+        };
+        let index = build(&keys, &data.train_queries, &params);
+        check_invariants(&index, n, &params, what);
+        check_exact_at_full_ef(&index, &data.test_queries, dim, what);
+        assert_eq!(index.build_stats().train_queries, train_queries, "{what}");
+        assert_eq!(index.build_stats().knn_backend, "cpu", "{what}");
         eprintln!(
             "{what}: edges {}, max degree {}, entries {:?}, linked {}",
             index.edges(),

@@ -106,6 +106,37 @@ fn strings_name_the_params() {
         parse("ivf:nlist=auto"),
         IndexSpec::Ivf(IvfParams::default())
     );
+    assert_eq!(
+        parse("attention:knn-probe=24,queries-per-key=1.5,prune-cands=128"),
+        IndexSpec::Attention(AttentionParams {
+            queries_per_key: 1.5,
+            prune_candidates: 128,
+            knn_probe: 24,
+            ..AttentionParams::default()
+        })
+    );
+    assert_eq!(
+        parse("attention:queries-per-key=1.5,prune-cands=128,knn-probe=24").to_string(),
+        "attention:queries-per-key=1.5,prune-cands=128,knn-probe=24"
+    );
+}
+
+#[test]
+fn build_cost_keys_reject_what_they_cannot_do() {
+    for (spec, key) in [
+        ("attention:queries-per-key=-1", "queries-per-key"),
+        ("attention:queries-per-key=NaN", "queries-per-key"),
+        ("attention:queries-per-key=inf", "queries-per-key"),
+        ("attention:causal=true,queries-per-key=1", "queries-per-key"),
+        ("attention:causal=true,knn-probe=8", "knn-probe"),
+        ("attention:knn-probe=-2", "knn-probe"),
+        ("attention:prune-cands=many", "prune-cands"),
+    ] {
+        match spec.parse::<IndexSpec>() {
+            Err(Error::InvalidParam { name, .. }) => assert_eq!(name, key, "{spec}"),
+            other => panic!("{spec}: expected an InvalidParam error, got {other:?}"),
+        }
+    }
 }
 
 #[test]
@@ -301,9 +332,14 @@ fn attention_params() -> impl Strategy<Value = AttentionParams> {
         (1usize..8, 0usize..4, 0usize..4),
         (1usize..600, 1usize..300, any::<bool>()),
         prop_oneof![Just(TrainOn::Queries), Just(TrainOn::Keys)],
+        (
+            prop_oneof![Just(0.0), 0.01f64..8.0],
+            0usize..400,
+            prop_oneof![Just(0usize), 1usize..128],
+        ),
     )
         .prop_map(
-            |(sizes, projection, prune, entry, counts, search, train_on)| {
+            |(sizes, projection, prune, entry, counts, search, train_on, cost)| {
                 let mut p = AttentionParams {
                     projection,
                     prune,
@@ -314,6 +350,9 @@ fn attention_params() -> impl Strategy<Value = AttentionParams> {
                 (p.kq, p.max_degree) = sizes;
                 (p.entry_count, p.recent_entries, p.sequence_edges) = counts;
                 (p.build_ef, p.default_ef, p.causal) = search;
+                (p.queries_per_key, p.prune_candidates, p.knn_probe) = cost;
+                // Thinned or coarse kNN lists have no causal mode (a validation error).
+                p.causal &= p.queries_per_key == 0.0 && p.knn_probe == 0;
                 p
             },
         )

@@ -57,6 +57,9 @@ pub struct EvalResult {
     pub distance_computations: Option<f64>,
     pub keys_attended: Option<f64>,
     pub latency_ms: Latency,
+    /// Seconds of the prefill (shared by every policy) and of this policy's index builds: the
+    /// two parts of the time to the first token.
+    pub prefill_s: f64,
     pub build_s: f64,
     /// ReTopK: share of selections that reused cached sets, keys scored per reuse, and the
     /// counts behind them (retopk only).
@@ -148,6 +151,9 @@ pub fn evaluate(
             opt(r.kl),
             r.latency_ms.total
         );
+        if r.build_s > 0.0 {
+            eprintln!("{}", super::demo::ttft_line(r.prefill_s, r.build_s));
+        }
         if let (Some(reuse), Some(c)) = (r.reuse_ratio, &r.retopk) {
             let per = |x: f64| x / c.seeded_selections.max(1) as f64;
             eprintln!(
@@ -262,6 +268,7 @@ fn run_policy(
         distance_computations: stats.and_then(|s| per_sel(s.distance_computations)),
         keys_attended: stats.and_then(|s| per_sel(s.keys_attended)),
         latency_ms: dec.latency(),
+        prefill_s: pre.seconds,
         build_s: stats.map_or(0.0, |s| s.build_s),
         reuse_ratio: stats
             .and_then(|s| s.retopk.as_ref())

@@ -114,44 +114,68 @@ impl Retrieval {
     /// (row-major `n × (n_heads · head_dim)`; may be empty for policies without an index);
     /// `knn` runs the exact kNN of index builds. `progress` is called after each (layer, KV
     /// head) build.
+    ///
+    /// The (layer, KV head) builds run in parallel (rayon; each build is parallel inside as
+    /// well, but its connectivity pass and bookkeeping are sequential), so `progress` sees
+    /// them in the order they finish. Every build is deterministic: the result does not depend
+    /// on that order.
     pub fn new(
         cfg: PolicyConfig,
         shape: Shape,
-        keys_of: &dyn Fn(usize, usize) -> Vec<f32>,
+        keys_of: &(dyn Fn(usize, usize) -> Vec<f32> + Sync),
         n: usize,
         prefill_q: &[Vec<f32>],
         knn: &dyn KnnBackend,
-        mut progress: impl FnMut(usize, usize),
+        progress: impl FnMut(usize, usize) + Send,
     ) -> Result<Self, ModelError> {
         let t0 = Instant::now();
         cfg.check(n)?;
         let split = Split::at(n, cfg.sink, cfg.window);
-        let mut layers = Vec::with_capacity(shape.n_layers);
-        for layer in 0..shape.n_layers {
-            if cfg.is_local(layer) {
-                layers.push(Layer::Local);
-                (0..shape.n_kv_heads).for_each(|g| progress(layer, g));
-                continue;
+        let progress = std::sync::Mutex::new(progress);
+        let report = |layer: usize, g: usize| {
+            if let Ok(mut p) = progress.lock() {
+                p(layer, g);
             }
-            let queries = prefill_q.get(layer).map(Vec::as_slice);
-            let mut heads = Vec::with_capacity(shape.n_kv_heads);
-            for g in 0..shape.n_kv_heads {
-                let keys = keys_of(layer, g);
-                let keys = keys.get(..n * shape.head_dim).ok_or_else(|| {
-                    qkindex::Error::invalid_param("keys", keys.len(), "fewer than the prefill's")
-                })?;
-                if !cfg.is_dense(layer) {
+        };
+        let jobs: Vec<(usize, usize)> = (0..shape.n_layers)
+            .flat_map(|layer| (0..shape.n_kv_heads).map(move |g| (layer, g)))
+            .collect();
+        let built: Vec<Option<Head>> = jobs
+            .par_iter()
+            .map(|&(layer, g)| {
+                let head = if cfg.is_dense(layer) || cfg.is_local(layer) {
+                    None
+                } else {
+                    let keys = keys_of(layer, g);
+                    let keys = keys.get(..n * shape.head_dim).ok_or_else(|| {
+                        qkindex::Error::invalid_param(
+                            "keys",
+                            keys.len(),
+                            "fewer than the prefill's",
+                        )
+                    })?;
+                    let queries = prefill_q.get(layer).map(Vec::as_slice);
                     let prefill =
                         HeadPrefill::new(&cfg, shape, layer, g, split, keys, queries, knn);
-                    heads.push(Head::build(&prefill)?);
+                    Some(Head::build(&prefill)?)
+                };
+                report(layer, g);
+                Ok(head)
+            })
+            .collect::<Result<_, ModelError>>()?;
+        let mut built = built.into_iter();
+        let layers = (0..shape.n_layers)
+            .map(|layer| {
+                let heads: Vec<Head> = built.by_ref().take(shape.n_kv_heads).flatten().collect();
+                if cfg.is_local(layer) {
+                    Layer::Local
+                } else if cfg.is_dense(layer) {
+                    Layer::Dense(vec![Vec::new(); shape.n_kv_heads])
+                } else {
+                    Layer::Split(heads)
                 }
-                progress(layer, g);
-            }
-            layers.push(match cfg.is_dense(layer) {
-                true => Layer::Dense(vec![Vec::new(); shape.n_kv_heads]),
-                false => Layer::Split(heads),
-            });
-        }
+            })
+            .collect();
         let last_served = (0..shape.n_layers)
             .rev()
             .find(|&l| !cfg.is_local(l))

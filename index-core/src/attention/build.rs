@@ -1,7 +1,9 @@
 //! Construction of the query-aware graph.
 //!
-//! 1. Bipartite kNN: each training query's exact top-`kq` keys ([`KnnBackend`]); the keys
-//!    themselves are the queries with [`TrainOn::Keys`].
+//! 1. Bipartite kNN: each training query's exact top-`kq` keys ([`KnnBackend`]), or with
+//!    `knn_probe` its best keys in that many lists of a coarse IVF ([`super::coarse`]); the
+//!    keys themselves are the queries with [`TrainOn::Keys`]. `queries_per_key` thins the
+//!    training queries first.
 //! 2. Projection: per key, candidate neighbours from the lists it appears in ([`Projection`]).
 //! 3. Pruning to `max_degree` ([`crate::graph::prune()`]), then reverse edges where a key has
 //!    room.
@@ -9,6 +11,7 @@
 //!    searched for (with its own vector as the query) and linked from the best reachable key
 //!    with room, so no key is lost.
 
+use super::coarse;
 use super::params::{AttentionParams, EntryRule, Projection, TrainOn};
 use super::AttentionIndex;
 use crate::cancel::Cancel;
@@ -55,15 +58,20 @@ pub(super) fn build(
     }
     let kq = params.kq.min(n);
     let key_queries = (params.train_on == TrainOn::Keys).then(|| keys.to_f32());
-    let lists = knn.topk(
-        key_queries.as_deref().unwrap_or(train_queries),
-        &keys,
-        kq,
-        &KnnOptions {
-            causal: params.causal,
-            cancel: cancel.clone(),
-        },
-    )?;
+    let queries = key_queries.as_deref().unwrap_or(train_queries);
+    let queries = thin(queries, keys.dim(), params.queries_per_key, n);
+    let lists = match params.knn_probe {
+        0 => knn.topk(
+            &queries,
+            &keys,
+            kq,
+            &KnnOptions {
+                causal: params.causal,
+                cancel: cancel.clone(),
+            },
+        )?,
+        nprobe => coarse::topk(&queries, &keys, kq, nprobe, knn, cancel)?,
+    };
     cancel.check("AttentionIndex build")?;
     let knn_s = start.elapsed().as_secs_f64();
 
@@ -73,19 +81,25 @@ pub(super) fn build(
     let dim = keys.dim();
     let mut adj: Vec<Vec<u32>> = (0..n as u32)
         .into_par_iter()
-        .map(|v| {
-            let cands = candidates(v, &lists, &occurrences, params, &keys32, dim);
-            let mut out = sequence_neighbors(v, n, params.sequence_edges, params.max_degree);
-            for c in select(v, cands, params, &keys32, dim) {
-                if out.len() >= params.max_degree {
-                    break;
+        .map_init(
+            || Tally::new(n),
+            |tally, v| {
+                let mut cands = candidates(v, &lists, &occurrences, params, &keys32, dim, tally);
+                if params.prune_candidates > 0 {
+                    cands.truncate(params.prune_candidates);
                 }
-                if !out.contains(&c) {
-                    out.push(c);
+                let mut out = sequence_neighbors(v, n, params.sequence_edges, params.max_degree);
+                for c in select(v, cands, params, &keys32, dim) {
+                    if out.len() >= params.max_degree {
+                        break;
+                    }
+                    if !out.contains(&c) {
+                        out.push(c);
+                    }
                 }
-            }
-            out
-        })
+                out
+            },
+        )
         .collect();
     add_reverse_edges(&mut adj, params.max_degree);
     let mut entries = choose_entries(params, &occurrences, &lists, &keys32, dim);
@@ -116,6 +130,25 @@ pub(super) fn build(
     let mut index = AttentionIndex::from_parts(keys, graph, entries, params)?;
     index.stats = stats;
     Ok(index)
+}
+
+/// The training queries the kNN reads: at most `ceil(per_key · n)` rows of `queries`
+/// (`dim` columns), evenly strided (row `⌊i · m / max⌋` for `i < max`), in their order; all of
+/// them when `per_key` is 0 or they are fewer. Rows that do not divide into `dim` columns are
+/// passed on whole, for the kNN to reject.
+fn thin(queries: &[f32], dim: usize, per_key: f64, n: usize) -> std::borrow::Cow<'_, [f32]> {
+    let m = queries.len() / dim.max(1);
+    let max = (per_key * n as f64).ceil() as usize;
+    if per_key <= 0.0 || max >= m || !queries.len().is_multiple_of(dim.max(1)) {
+        return queries.into();
+    }
+    let max = max.max(1);
+    let mut out = Vec::with_capacity(max * dim);
+    for i in 0..max {
+        let r = i * m / max;
+        out.extend_from_slice(&queries[r * dim..(r + 1) * dim]);
+    }
+    out.into()
 }
 
 /// For each key, the (query row, rank) pairs of the training-query lists it appears in
@@ -160,7 +193,54 @@ impl Occurrences {
     }
 }
 
+/// Per-thread sums of candidate weights over all keys (dense, so that a key's thousands of
+/// (candidate, weight) pairs are summed in place instead of sorted); reset after each key by
+/// the ids it touched.
+struct Tally {
+    weight: Vec<f32>,
+    seen: Vec<bool>,
+    touched: Vec<u32>,
+}
+
+impl Tally {
+    fn new(n: usize) -> Self {
+        Tally {
+            weight: vec![0.0; n],
+            seen: vec![false; n],
+            touched: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, c: u32, w: f32) {
+        let i = c as usize;
+        if !self.seen[i] {
+            self.seen[i] = true;
+            self.touched.push(c);
+        }
+        self.weight[i] += w;
+    }
+
+    /// The `(weight, id)` of every touched id (in the order first touched), then cleared.
+    fn drain(&mut self) -> Vec<(f32, u32)> {
+        let out = self
+            .touched
+            .iter()
+            .map(|&c| (self.weight[c as usize], c))
+            .collect();
+        for &c in &self.touched {
+            self.weight[c as usize] = 0.0;
+            self.seen[c as usize] = false;
+        }
+        self.touched.clear();
+        out
+    }
+}
+
 /// Candidate neighbours of `v` with a weight (higher is better), deduplicated, best first.
+///
+/// Rank weights are small integers, so their f32 sums are exact in any order: the tally gives
+/// the same weights as a sort by id would, and the final sort (by weight, then id) the same
+/// list.
 fn candidates(
     v: u32,
     lists: &KnnResult,
@@ -168,13 +248,17 @@ fn candidates(
     params: &AttentionParams,
     keys: &[f32],
     dim: usize,
+    tally: &mut Tally,
 ) -> Vec<(f32, u32)> {
-    let mut raw: Vec<(u32, f32)> = Vec::new();
     match params.projection {
         Projection::Pivot => {
             for &(row, rank) in occ.of(v) {
                 if rank == 0 {
-                    raw.extend(lists.row(row as usize)[1..].iter().map(|&c| (c, 0.0)));
+                    for &c in &lists.row(row as usize)[1..] {
+                        if c != v {
+                            tally.add(c, 0.0);
+                        }
+                    }
                 }
             }
         }
@@ -185,24 +269,14 @@ fn candidates(
                 let lo = rank.saturating_sub(w);
                 let hi = (rank + w + 1).min(list.len());
                 for (j, &c) in list.iter().enumerate().take(hi).skip(lo) {
-                    if j != rank {
-                        raw.push((c, (w + 1 - rank.abs_diff(j)) as f32));
+                    if j != rank && c != v {
+                        tally.add(c, (w + 1 - rank.abs_diff(j)) as f32);
                     }
                 }
             }
         }
     }
-    raw.sort_unstable_by_key(|x| x.0);
-    let mut out: Vec<(f32, u32)> = Vec::new();
-    for (c, w) in raw {
-        if c == v {
-            continue;
-        }
-        match out.last_mut() {
-            Some(last) if last.1 == c => last.0 += w,
-            _ => out.push((w, c)),
-        }
-    }
+    let mut out = tally.drain();
     if let Projection::Rank { .. } = params.projection {
         // Co-occurrence counts favour keys that every query retrieves (attention sinks, hot
         // keys), which search finds anyway; normalise like a cosine of occurrence vectors so
@@ -383,4 +457,34 @@ fn connect(
         found.extend_from_slice(&out.ids);
     };
     repair::connect(adj, &rule, near, cancel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::thin;
+
+    /// Rows `0..m` of width 2, row `r` holding `(r, r)`.
+    fn rows(m: usize) -> Vec<f32> {
+        (0..m).flat_map(|r| [r as f32, r as f32]).collect()
+    }
+
+    fn firsts(x: &[f32]) -> Vec<usize> {
+        x.chunks_exact(2).map(|r| r[0] as usize).collect()
+    }
+
+    #[test]
+    fn thinning_strides_evenly_and_keeps_order() {
+        let q = rows(9);
+        assert_eq!(firsts(&thin(&q, 2, 0.0, 4)), (0..9).collect::<Vec<_>>());
+        // ceil(0.75 · 4) = 3 of 9 rows: every third.
+        assert_eq!(firsts(&thin(&q, 2, 0.75, 4)), vec![0, 3, 6]);
+        // ceil(1.25 · 4) = 5 of 9 rows.
+        assert_eq!(firsts(&thin(&q, 2, 1.25, 4)), vec![0, 1, 3, 5, 7]);
+        // More allowed than given: all of them, borrowed.
+        assert!(matches!(thin(&q, 2, 3.0, 4), std::borrow::Cow::Borrowed(_)));
+        // A tiny ratio still keeps one row.
+        assert_eq!(firsts(&thin(&q, 2, 1e-9, 4)), vec![0]);
+        // Ragged input is passed on whole for the kNN to reject.
+        assert_eq!(thin(&q[..5], 2, 0.5, 4).len(), 5);
+    }
 }

@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `params.rs` | build parameters, presets (ours, the RoarGraph recipe, the key–key graph) |
 //! | `build.rs` | bipartite kNN → projection → pruning → reverse edges → connectivity |
+//! | `coarse.rs` | approximate top-`kq` lists of the build through a coarse IVF (`knn_probe`) |
 //! | `insert.rs` | query-aware insertion of keys that arrive after the build (decode) |
 //! | `mod.rs` | the index and its search |
 //!
@@ -17,6 +18,7 @@
 //! computes.
 
 mod build;
+mod coarse;
 mod insert;
 mod params;
 

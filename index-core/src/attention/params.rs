@@ -75,6 +75,31 @@ pub struct AttentionParams {
     /// query-trained graphs stay as they were).
     #[serde(default, skip_serializing_if = "TrainOn::is_queries")]
     pub train_on: TrainOn,
+    /// At most `queries_per_key · n` training queries enter the kNN, evenly strided over the
+    /// rows given (0: all of them). The kNN costs queries × keys and the projection grows with
+    /// the queries, so a ratio keeps the build linear in the queries it reads per key; a GQA
+    /// group's pooled queries (head-major) are thinned across its heads alike (issue 27).
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub queries_per_key: f64,
+    /// Candidates per key that the pruning reads, best-weighted first (0: all of them). The
+    /// occlusion rule compares each candidate with every kept edge, so an uncapped list makes
+    /// the projection cost grow with the queries per key (issue 27).
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub prune_candidates: usize,
+    /// 0: the exact top-`kq` of each training query ([`crate::KnnBackend`]). Otherwise its
+    /// best keys among those of its `knn_probe` nearest lists of a coarse IVF over the keys
+    /// (`round(4·√n)` lists; the centroid search still goes through the backend): about
+    /// `√n` inner products per query instead of `n` (issue 27).
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub knn_probe: usize,
+}
+
+fn is_zero_f64(x: &f64) -> bool {
+    *x == 0.0
+}
+
+fn is_zero_usize(x: &usize) -> bool {
+    *x == 0
 }
 
 impl Default for AttentionParams {
@@ -94,6 +119,9 @@ impl Default for AttentionParams {
             default_ef: 128,
             causal: false,
             train_on: TrainOn::Queries,
+            queries_per_key: 0.0,
+            prune_candidates: 0,
+            knn_probe: 0,
         }
     }
 }
@@ -115,6 +143,9 @@ impl AttentionParams {
             default_ef: 128,
             causal: false,
             train_on: TrainOn::Queries,
+            queries_per_key: 0.0,
+            prune_candidates: 0,
+            knn_probe: 0,
         }
     }
 
@@ -151,6 +182,27 @@ impl AttentionParams {
                 "build_ef",
                 self.build_ef,
                 "must be at least 1",
+            ));
+        }
+        if !(self.queries_per_key.is_finite() && self.queries_per_key >= 0.0) {
+            return Err(Error::invalid_param(
+                "queries_per_key",
+                self.queries_per_key,
+                "must be a finite number at least 0 (0: all training queries)",
+            ));
+        }
+        if self.causal && self.knn_probe > 0 {
+            return Err(Error::invalid_param(
+                "knn_probe",
+                self.knn_probe,
+                "the coarse kNN has no causal mode (use the exact kNN with causal)",
+            ));
+        }
+        if self.causal && self.queries_per_key > 0.0 {
+            return Err(Error::invalid_param(
+                "queries_per_key",
+                self.queries_per_key,
+                "cannot thin causal training queries (row i must be position i)",
             ));
         }
         if let Projection::Rank { window: 0 } = self.projection {

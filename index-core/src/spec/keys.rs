@@ -38,6 +38,9 @@ const ATTENTION: &[Key] = &[
     key("build-ef", "build_ef"),
     key("default-ef", "default_ef"),
     key("causal", "causal"),
+    key("queries-per-key", "queries_per_key"),
+    key("prune-cands", "prune_candidates"),
+    key("knn-probe", "knn_probe"),
 ];
 
 const HNSW: &[Key] = &[
@@ -210,6 +213,9 @@ fn get(spec: &IndexSpec, name: &str) -> Option<String> {
             "build-ef" => p.build_ef.to_string(),
             "default-ef" => p.default_ef.to_string(),
             "causal" => p.causal.to_string(),
+            "queries-per-key" => p.queries_per_key.to_string(),
+            "prune-cands" => p.prune_candidates.to_string(),
+            "knn-probe" => p.knn_probe.to_string(),
             _ => return None,
         },
         IndexSpec::Flat => return None,
@@ -307,6 +313,9 @@ fn set_attention(p: &mut AttentionParams, name: &'static str, value: &str) -> Re
         "build-ef" => p.build_ef = number(name, value)?,
         "default-ef" => p.default_ef = number(name, value)?,
         "causal" => p.causal = boolean(name, value)?,
+        "queries-per-key" => p.queries_per_key = number(name, value)?,
+        "prune-cands" => p.prune_candidates = number(name, value)?,
+        "knn-probe" => p.knn_probe = number(name, value)?,
         _ => return Err(unknown(name)),
     }
     Ok(())
