@@ -56,7 +56,7 @@ pub fn ndarray<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, 
     // numpy has no bfloat16: a torch bfloat16 tensor is read as its bit patterns (int16), and
     // `float_array` widens them exactly.
     if let Ok(dt) = obj.getattr(intern!(py, "dtype")) {
-        if dt.str()?.to_string() == "torch.bfloat16" {
+        if dt.str()? == "torch.bfloat16" {
             let bits = || -> PyResult<Bound<'py, PyAny>> {
                 let int16 = py
                     .import(intern!(py, "torch"))?
@@ -99,7 +99,7 @@ fn host_tensor<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, 
     // torch's `device` has a `type` ("cpu", "cuda", "mps", "meta"); other libraries' differ.
     if let Ok(dev) = obj.getattr(intern!(py, "device")) {
         if let Ok(kind) = dev.getattr(intern!(py, "type")) {
-            if kind.str()?.to_string() != "cpu" {
+            if kind.str()? != "cpu" {
                 return Err(type_error(format!(
                     "{name}: a tensor on {} (qkindex reads host memory): pass tensor.cpu()",
                     dev.str()?
@@ -157,13 +157,12 @@ pub fn float_array<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<FloatAr
     // A torch bfloat16 tensor arrives as uint16 bit patterns; say so by its dtype first.
     let torch_bf16 = obj
         .getattr(intern!(py, "dtype"))
-        .and_then(|d| d.str().map(|s| s.to_string() == "torch.bfloat16"))
+        .and_then(|d| d.str().map(|s| s == "torch.bfloat16"))
         .unwrap_or(false);
     let arr = ndarray(obj, name)?;
     let dt = arr.dtype();
     // `ml_dtypes.bfloat16` (what JAX and others hand numpy) is a 2-byte user dtype of that name.
-    let ml_bf16 =
-        dt.itemsize() == 2 && dt.getattr(intern!(py, "name"))?.str()?.to_string() == "bfloat16";
+    let ml_bf16 = dt.itemsize() == 2 && dt.getattr(intern!(py, "name"))?.str()? == "bfloat16";
     if torch_bf16 || ml_bf16 {
         let bits = if ml_bf16 {
             arr.call_method1(intern!(py, "view"), (intern!(py, "uint16"),))?
