@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # All tests: the Rust workspace (the CUDA kernels compiled to PTX by NVRTC from PyPI, and run on
 # the CPU by an emulation harness; GPU tests skip with the reason where no GPU is usable), then the
-# Python bindings (built into .venv with maturin) and the notebook example on the bundled data.
+# Python bindings (built into .venv with maturin; with torch and transformers for qkindex.hf)
+# and the notebook examples on the bundled data.
 # Works on a fresh clone with python3 + pip and g++.
 #   bash scripts/test.sh            # everything
 #   QKINDEX_SKIP_CARGO=1 bash scripts/test.sh   # only the Python part
@@ -17,6 +18,15 @@ fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet "maturin>=1.9,<2" "numpy>=1.21" pytest matplotlib \
     "nvidia-cuda-nvrtc>=13,<14"
+# qkindex[hf] and what its tests and the notebook use: torch (PyPI's build, which runs on the
+# CPU; about 3 GB the first time), transformers + gguf + accelerate (GGUF models), ml_dtypes
+# (bfloat16 arrays), nbclient + ipykernel (the notebook, headless). QKINDEX_SKIP_TORCH=1 skips
+# them: their tests then skip, saying why (and fail where CI is set).
+if [ -z "${QKINDEX_SKIP_TORCH:-}" ]; then
+    echo "== Python: torch, transformers, gguf, accelerate, ml_dtypes, nbclient, ipykernel"
+    .venv/bin/python -m pip install --quiet "torch>=2.4" "transformers>=5.0,<6" "gguf>=0.10" \
+        accelerate ml_dtypes nbclient nbformat ipykernel
+fi
 # The NVRTC library from PyPI: index-gpu's kernels_compile test compiles kernels/topk.cu to PTX
 # with it (no GPU needed) and, with QKINDEX_REQUIRE_NVRTC=1, fails rather than skips without it.
 nvrtc="$(find .venv -name 'libnvrtc.so.13' -path '*cu13*' | head -n 1)"
@@ -38,6 +48,14 @@ VIRTUAL_ENV="$PWD/.venv" PATH="$PWD/.venv/bin:$PATH" \
 
 echo "== pytest index-py/tests"
 .venv/bin/python -m pytest -q index-py/tests
+
+echo "== examples/retrieval_attention.ipynb (headless through nbclient; needs torch and the model)"
+if [ -z "${QKINDEX_SKIP_TORCH:-}" ]; then
+    QKINDEX_NB_OUT="$CARGO_TARGET_DIR/retrieval-attention" MPLBACKEND=Agg HF_HUB_OFFLINE=1 \
+        .venv/bin/python scripts/run-notebook.py examples/retrieval_attention.ipynb \
+        "$CARGO_TARGET_DIR/retrieval-attention/retrieval_attention.ipynb"
+    test -s "$CARGO_TARGET_DIR/retrieval-attention/retrieval_attention.png"
+fi
 
 echo "== examples/notebook_quickstart.py (headless, small)"
 MPLBACKEND=Agg .venv/bin/python examples/notebook_quickstart.py data/smollm2-8k-subset \

@@ -2,13 +2,16 @@
 //!
 //! Inputs are numpy arrays or anything `numpy.asarray` / `numpy.from_dlpack` turns into one
 //! (CPU torch tensors through `__array__` or DLPack, buffers), without importing torch.
-//! Floats must be float16 or float32: float64 and bfloat16 raise `TypeError` naming the
-//! argument and the dtype, because a silent cast would hide a copy and a precision change.
+//! Floats must be float16, bfloat16 or float32: float64 raises `TypeError` naming the argument
+//! and the dtype, because a silent cast would hide a precision loss. bfloat16 (torch tensors,
+//! `ml_dtypes.bfloat16` arrays) is read as its 16-bit patterns and widened to f32, which is
+//! exact (a bfloat16 is the top half of an f32). Tensors that need a gradient are read through
+//! `detach()`; tensors outside host memory (CUDA) raise `TypeError` naming `.cpu()`.
 //! Any strides are accepted; a copy is made only when the input is not C-contiguous (or must
-//! become owned, as keys do, or f32, as float16 queries do).
+//! become owned, as keys do, or f32, as float16 and bfloat16 queries do).
 
 use crate::errors::{type_error, value_error};
-use half::f16;
+use half::{bf16, f16};
 use numpy::{
     dtype, Element, PyArray1, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn,
     PyUntypedArray, PyUntypedArrayMethods,
@@ -49,14 +52,27 @@ pub fn ndarray<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, 
         return Ok(a.clone());
     }
     let py = obj.py();
-    // numpy has no bfloat16: name the dtype before torch's conversion fails less clearly.
+    let obj = &host_tensor(obj, name)?;
+    // numpy has no bfloat16: a torch bfloat16 tensor is read as its bit patterns (int16), and
+    // `float_array` widens them exactly.
     if let Ok(dt) = obj.getattr(intern!(py, "dtype")) {
-        let s = dt.str()?.to_string();
-        if s.contains("bfloat16") {
-            return Err(type_error(format!(
-                "{name}: expected float16 or float32, got {s} (no silent casts: convert it, \
-                 e.g. tensor.float() or tensor.half())"
-            )));
+        if dt.str()? == "torch.bfloat16" {
+            let bits = || -> PyResult<Bound<'py, PyAny>> {
+                let int16 = py
+                    .import(intern!(py, "torch"))?
+                    .getattr(intern!(py, "int16"))?;
+                let bits = obj.call_method1(intern!(py, "view"), (int16,))?;
+                let arr = numpy(py)?.call_method1(intern!(py, "asarray"), (bits,))?;
+                arr.call_method1(intern!(py, "view"), (intern!(py, "uint16"),))
+            };
+            let arr = bits().map_err(|e| {
+                type_error(format!(
+                    "{name}: cannot read a {} of dtype torch.bfloat16 as its bit patterns \
+                     (CPU torch tensors only): {e}",
+                    type_name(obj)
+                ))
+            })?;
+            return Ok(arr.cast_into::<PyUntypedArray>()?);
         }
     }
     let np = numpy(py)?;
@@ -68,21 +84,51 @@ pub fn ndarray<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, 
         np.call_method1(intern!(py, "asarray"), (obj,))
     };
     let converted = converted.map_err(|e| {
-        let tname = obj
-            .get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_else(|_| "?".into());
         type_error(format!(
-            "{name}: cannot read a {tname} as a numpy array (CPU tensors and arrays only): {e}"
+            "{name}: cannot read a {} as a numpy array (CPU tensors and arrays only): {e}",
+            type_name(obj)
         ))
     })?;
     Ok(converted.cast_into::<PyUntypedArray>()?)
 }
 
-/// A float16 or float32 input, borrowed read-only.
+/// `obj` itself, or `obj.detach()` for a torch tensor that requires a gradient (reading does
+/// not change it); `TypeError` for a tensor outside host memory, naming `.cpu()`.
+fn host_tensor<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    // torch's `device` has a `type` ("cpu", "cuda", "mps", "meta"); other libraries' differ.
+    if let Ok(dev) = obj.getattr(intern!(py, "device")) {
+        if let Ok(kind) = dev.getattr(intern!(py, "type")) {
+            if kind.str()? != "cpu" {
+                return Err(type_error(format!(
+                    "{name}: a tensor on {} (qkindex reads host memory): pass tensor.cpu()",
+                    dev.str()?
+                )));
+            }
+        }
+    }
+    if obj
+        .getattr(intern!(py, "requires_grad"))
+        .and_then(|g| g.is_truthy())
+        .unwrap_or(false)
+    {
+        return obj.call_method0(intern!(py, "detach"));
+    }
+    Ok(obj.clone())
+}
+
+/// The Python type name of `obj` (for messages).
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// A float16, bfloat16 (as bit patterns) or float32 input, borrowed read-only.
 pub enum FloatArray<'py> {
     F16(PyReadonlyArrayDyn<'py, f16>),
+    Bf16(PyReadonlyArrayDyn<'py, u16>),
     F32(PyReadonlyArrayDyn<'py, f32>),
 }
 
@@ -105,11 +151,28 @@ pub struct Rows<'a, T: Clone> {
     pub one_d: bool,
 }
 
-/// Reads `obj` as a float16 or float32 array; other dtypes raise `TypeError`.
+/// Reads `obj` as a float16, bfloat16 or float32 array; other dtypes raise `TypeError`.
 pub fn float_array<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<FloatArray<'py>> {
     let py = obj.py();
+    // A torch bfloat16 tensor arrives as uint16 bit patterns; say so by its dtype first.
+    let torch_bf16 = obj
+        .getattr(intern!(py, "dtype"))
+        .and_then(|d| d.str().map(|s| s == "torch.bfloat16"))
+        .unwrap_or(false);
     let arr = ndarray(obj, name)?;
     let dt = arr.dtype();
+    // `ml_dtypes.bfloat16` (what JAX and others hand numpy) is a 2-byte user dtype of that name.
+    let ml_bf16 = dt.itemsize() == 2 && dt.getattr(intern!(py, "name"))?.str()? == "bfloat16";
+    if torch_bf16 || ml_bf16 {
+        let bits = if ml_bf16 {
+            arr.call_method1(intern!(py, "view"), (intern!(py, "uint16"),))?
+        } else {
+            arr.into_any()
+        };
+        return Ok(FloatArray::Bf16(
+            bits.cast::<PyArrayDyn<u16>>()?.try_readonly()?,
+        ));
+    }
     if dt.is_equiv_to(&dtype::<f32>(py)) {
         Ok(FloatArray::F32(
             arr.cast::<PyArrayDyn<f32>>()?.try_readonly()?,
@@ -120,8 +183,8 @@ pub fn float_array<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<FloatAr
         ))
     } else {
         Err(type_error(format!(
-            "{name}: expected float16 or float32, got {} (no silent casts: convert it, e.g. \
-             .astype(numpy.float32))",
+            "{name}: expected float16, bfloat16 or float32, got {} (no silent casts: convert \
+             it, e.g. .astype(numpy.float32))",
             dt.str()?
         )))
     }
@@ -205,15 +268,8 @@ impl FloatArray<'_> {
     ) -> PyResult<Rows<'_, f32>> {
         let r = match self {
             FloatArray::F32(a) => rows_of(a, name, shape, dim)?,
-            FloatArray::F16(a) => {
-                let r = rows_of(a, name, shape, dim)?;
-                Rows {
-                    data: Cow::Owned(r.data.iter().map(|x| x.to_f32()).collect()),
-                    rows: r.rows,
-                    dim: r.dim,
-                    one_d: r.one_d,
-                }
-            }
+            FloatArray::F16(a) => widened(rows_of(a, name, shape, dim)?, f16::to_f32),
+            FloatArray::Bf16(a) => widened(rows_of(a, name, shape, dim)?, bf16_to_f32),
         };
         check_finite(name, &r.data, r.dim, f32::is_finite)?;
         Ok(r)
@@ -243,9 +299,34 @@ impl FloatArray<'_> {
                 let (values, dim) = key_rows(a, name, dim, f16::is_finite)?;
                 qkindex::KeyStore::from_f16(values, dim)
             }
+            // No bfloat16 store: widened to f32 (exact), so products are those of the f32 copy.
+            FloatArray::Bf16(_) => {
+                let r = self.rows_f32(name, Shape::Matrix, dim)?;
+                if r.rows == 0 {
+                    return Err(value_error(format!(
+                        "{name}: expected at least one row, got shape (0, d)"
+                    )));
+                }
+                qkindex::KeyStore::from_f32(r.data.into_owned(), r.dim)
+            }
         };
         store.map_err(crate::errors::to_py)
     }
+}
+
+/// `r` with every value widened to f32 by `widen`.
+fn widened<T: Copy>(r: Rows<'_, T>, widen: fn(T) -> f32) -> Rows<'static, f32> {
+    Rows {
+        data: Cow::Owned(r.data.iter().map(|&x| widen(x)).collect()),
+        rows: r.rows,
+        dim: r.dim,
+        one_d: r.one_d,
+    }
+}
+
+/// A bfloat16 bit pattern as f32: the pattern is the f32's top half, so this is exact.
+fn bf16_to_f32(bits: u16) -> f32 {
+    bf16::from_bits(bits).to_f32()
 }
 
 /// `ValueError` naming the first row of `data` (`dim` columns) that holds NaN or infinity.

@@ -20,7 +20,7 @@ use qkindex::{
 use qkindex_gpu::{Device, GpuError, Selected};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// Scratches kept per index for reuse (more concurrent searches allocate their own).
 const POOL_CAP: usize = 64;
@@ -252,7 +252,10 @@ pub fn save_inline(py: Python<'_>, index: &dyn Persist, path: &Path) -> PyResult
 #[derive(Debug)]
 #[pyclass(frozen, module = "qkindex")]
 pub struct AttentionIndex {
-    pub inner: Arc<qkindex::AttentionIndex>,
+    /// The index. Searches read a snapshot (the `Arc`, cloned under the read lock); `insert`
+    /// edits it under the write lock, in place, or on a copy while a search still holds the
+    /// previous snapshot (`Arc::make_mut`), so a search never sees a half-linked key.
+    inner: RwLock<Arc<qkindex::AttentionIndex>>,
     pool: Pool,
     /// Key dimension.
     #[pyo3(get)]
@@ -268,9 +271,17 @@ impl AttentionIndex {
         AttentionIndex {
             dim: inner.dim(),
             dtype: inner.keys().dtype().numpy_name().to_string(),
-            inner: Arc::new(inner),
+            inner: RwLock::new(Arc::new(inner)),
             pool: Pool::default(),
         }
+    }
+
+    /// The index as of now (inserts after this call do not change it).
+    pub fn snapshot(&self) -> Arc<qkindex::AttentionIndex> {
+        self.inner
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 }
 
@@ -337,38 +348,72 @@ impl AttentionIndex {
         beam: Option<i64>,
     ) -> PyResult<SearchResult> {
         let params = graph_search_params(ef, beam)?;
-        search_any(py, self.inner.as_ref(), &self.pool, queries, k, &params)
+        search_any(py, &*self.snapshot(), &self.pool, queries, k, &params)
+    }
+
+    /// Appends `key` (`[d]`) and links it into the graph (query-aware insertion), guided by
+    /// `guides` (`[g, d]` or `[d]`: queries known to rank the key high, such as the decode
+    /// queries that attended to it most; the first 4 are used; None: the key itself guides).
+    /// Returns the new key's id (the previous `len`). The GIL is released; searches running
+    /// meanwhile in other threads see the index before or after the insert, never between.
+    #[pyo3(signature = (key, guides=None))]
+    fn insert(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        guides: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<i64> {
+        let ka = float_array(key, "key")?;
+        let key = ka.one_row("key", self.dim, "")?;
+        let ga = guides.map(|g| float_array(g, "guides")).transpose()?;
+        let guides = match &ga {
+            Some(g) => g.rows_f32("guides", Shape::Vectors, Some(self.dim))?.data,
+            None => std::borrow::Cow::Borrowed(&[][..]),
+        };
+        let id = py
+            .detach(|| {
+                let mut current = self
+                    .inner
+                    .write()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                let index = Arc::make_mut(&mut current);
+                let mut scratch = index.new_scratch();
+                index.insert(&key, &guides, &mut scratch)
+            })
+            .map_err(to_py)?;
+        Ok(i64::from(id))
     }
 
     /// Number of keys.
     fn __len__(&self) -> usize {
-        self.inner.len()
+        self.snapshot().len()
     }
 
     /// Build parameters, as a dict.
     #[getter]
     fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_py_json(py, self.inner.params())
+        to_py_json(py, self.snapshot().params())
     }
 
     /// What the build did and how long each phase took (seconds), as a dict.
     #[getter]
     fn build_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_py_json(py, self.inner.build_stats())
+        to_py_json(py, self.snapshot().build_stats())
     }
 
     /// Writes the index with its keys to one self-contained file (atomically; docs/FORMAT.md).
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
-        save_inline(py, self.inner.as_ref(), &path)
+        save_inline(py, &*self.snapshot(), &path)
     }
 
     fn __repr__(&self) -> String {
+        let index = self.snapshot();
         format!(
             "AttentionIndex(n={}, dim={}, dtype={}, edges={})",
-            self.inner.len(),
+            index.len(),
             self.dim,
             self.dtype,
-            self.inner.edges()
+            index.edges()
         )
     }
 }
@@ -494,7 +539,7 @@ pub fn load(py: Python<'_>, path: PathBuf, mmap: bool, verify: bool) -> PyResult
 pub fn any_index(obj: &Bound<'_, PyAny>) -> PyResult<Arc<dyn AnnIndex>> {
     use crate::kinds::{HnswIndex, IvfIndex, VamanaIndex};
     if let Ok(a) = obj.cast::<AttentionIndex>() {
-        return Ok(a.get().inner.clone());
+        return Ok(a.get().snapshot());
     }
     if let Ok(f) = obj.cast::<FlatIndex>() {
         return Ok(f.get().inner.clone());

@@ -44,3 +44,43 @@ def subset():
     if not (SUBSET / "manifest.json").is_file():
         pytest.skip(f"bundled dump subset not found at {SUBSET}")
     return SUBSET
+
+
+MODEL = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def need(module: str):
+    """Imports an optional test dependency: skips with the reason where it is missing, fails
+    when the environment variable ``CI`` is set (CI installs it)."""
+    import importlib
+    import os
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        msg = f"{module} is not installed ({e}); scripts/test.sh installs it"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI: {msg}")
+        pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """SmolLM2-135M through transformers, from our GGUF file (no hub), float32, eval mode."""
+    import os
+
+    need("torch")
+    need("transformers")
+    need("gguf")
+    if not MODEL.is_file():
+        msg = f"{MODEL} not found (scripts/get-model.sh --model smollm2-135m fetches it)"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI: {msg}")
+        pytest.skip(msg)
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(MODEL.parent), gguf_file=MODEL.name,
+                                                 dtype=torch.float32)
+    return model.eval()

@@ -8,9 +8,25 @@ import qkindex
 
 
 class FakeBf16:
-    """Stands in for a torch bfloat16 tensor (torch is not needed to test the check)."""
+    """Claims torch's bfloat16 without being a tensor (torch is not needed to test the check)."""
 
     dtype = "torch.bfloat16"
+
+    def __array__(self, *args, **kwargs):
+        raise AssertionError("must not be converted")
+
+
+class FakeCuda:
+    """Stands in for a CUDA torch tensor: its device type is not the CPU."""
+
+    class device:
+        type = "cuda"
+
+        def __str__(self):
+            return "cuda:0"
+
+    device = device()
+    dtype = "torch.float32"
 
     def __array__(self, *args, **kwargs):
         raise AssertionError("must not be converted")
@@ -19,7 +35,7 @@ class FakeBf16:
 @pytest.mark.parametrize("dtype", [np.float64, np.int32, np.complex64])
 def test_wrong_dtypes_are_type_errors(data, attention_index, dtype):
     keys, train, queries = data
-    with pytest.raises(TypeError, match=rf"keys: expected float16 or float32, got {np.dtype(dtype)}"):
+    with pytest.raises(TypeError, match=rf"keys: expected float16, bfloat16 or float32, got {np.dtype(dtype)}"):
         qkindex.FlatIndex.build(keys.astype(dtype))
     with pytest.raises(TypeError, match=rf"train_queries: .*got {np.dtype(dtype)}"):
         qkindex.AttentionIndex.build(keys, train.astype(dtype))
@@ -29,12 +45,19 @@ def test_wrong_dtypes_are_type_errors(data, attention_index, dtype):
         qkindex.exact_topk(queries.astype(dtype), keys, 5)
 
 
-def test_bfloat16_is_named(data, attention_index):
-    keys, _, _ = data
-    with pytest.raises(TypeError, match="queries: expected float16 or float32, got torch.bfloat16"):
+def test_bfloat16_that_is_no_tensor_is_named(data, attention_index):
+    with pytest.raises(TypeError, match="queries: cannot read a FakeBf16 of dtype torch.bfloat16"):
         attention_index.search(FakeBf16())
     with pytest.raises(TypeError, match="keys: .*bfloat16"):
         qkindex.FlatIndex.build(FakeBf16())
+
+
+def test_device_tensors_name_cpu(attention_index):
+    with pytest.raises(TypeError, match=r"queries: a tensor on cuda:0 \(qkindex reads host memory\): "
+                                        r"pass tensor\.cpu\(\)"):
+        attention_index.search(FakeCuda())
+    with pytest.raises(TypeError, match=r"keys: a tensor on cuda:0 .*tensor\.cpu\(\)"):
+        qkindex.exact_topk(np.zeros((1, 4), np.float32), FakeCuda(), 1)
 
 
 def test_python_lists_are_read_but_not_cast(data, attention_index):

@@ -214,7 +214,7 @@ def test_k_is_capped_at_the_number_of_keys(data):
 def test_bad_inputs(data):
     keys, _, queries = data
     d = keys.shape[1]
-    with pytest.raises(TypeError, match="keys: expected float16 or float32, got float64"):
+    with pytest.raises(TypeError, match="keys: expected float16, bfloat16 or float32, got float64"):
         qkindex.ReTopK(keys.astype(np.float64))
     with pytest.raises(ValueError, match=r"keys: expected shape \[n, d\]"):
         qkindex.ReTopK(keys[0])

@@ -15,10 +15,19 @@ recall and attention mass against the exact top-k::
 past queries (``.prime(prefill_queries)``, then ``ids, stats = rt.step(query)``), falling back to
 an exact scan (or ``index=``) when no cached query is similar enough.
 
-Arrays are numpy arrays or CPU torch tensors (anything with ``__array__`` or DLPack), float16
-or float32; float64 and bfloat16 raise ``TypeError`` (no silent casts). A 1-D query gives 1-D
-results. The GIL is released during builds and searches; a batch of queries is searched on
-rayon's thread pool (``RAYON_NUM_THREADS``); Ctrl-C interrupts a build.
+Arrays are numpy arrays or CPU torch tensors (anything with ``__array__`` or DLPack), float16,
+bfloat16 (torch, ``ml_dtypes``; widened to float32 exactly) or float32; float64 raises
+``TypeError`` (no silent casts), and so does a tensor on a GPU (naming ``.cpu()``). A 1-D query
+gives 1-D results. The GIL is released during builds, searches and inserts; a batch of queries
+is searched on rayon's thread pool (``RAYON_NUM_THREADS``); Ctrl-C interrupts a build.
+
+Threads: any number of threads may search one index at once, and
+``AttentionIndex.insert`` may run meanwhile in another thread: each search sees the index
+before or after an insert, never in between (an insert during searches copies the index
+first). ``ReTopK`` serialises ``step``, ``prime`` and ``append`` on one lock.
+
+``qkindex.hf`` (``pip install qkindex[hf]``: torch, transformers) captures q/k/v from a
+Hugging Face model into a dump and runs retrieval attention inside its decode steps.
 """
 
 from ._native import (

@@ -22,19 +22,27 @@ REQUIRED = ("model", "rope_theta")
 
 
 def _as_array(x: Any, name: str) -> np.ndarray:
-    """``x`` as a float16/float32 numpy array (torch CPU tensors too), without casting."""
+    """``x`` as a float16/float32 numpy array (torch CPU tensors too), without casting, except
+    bfloat16 (torch tensors, ``ml_dtypes`` arrays), which is widened to float32 exactly."""
+    device = getattr(getattr(x, "device", None), "type", "cpu")
+    if device != "cpu":
+        raise TypeError(f"{name}: a tensor on {x.device} (qkindex reads host memory): pass "
+                        "tensor.cpu()")
+    if getattr(x, "requires_grad", False):
+        x = x.detach()
     dtype = str(getattr(x, "dtype", ""))
-    if "bfloat16" in dtype:
-        raise TypeError(f"{name}: expected float16 or float32, got {dtype} (no silent casts: "
-                        "convert it, e.g. tensor.half())")
+    if dtype == "torch.bfloat16":
+        x = x.float()  # exact: a bfloat16 is the top half of a float32
     try:
         a = np.asarray(x)
-    except Exception as e:  # torch raises RuntimeError/TypeError for GPU or grad tensors
+    except Exception as e:  # torch raises RuntimeError/TypeError for tensors it cannot share
         raise TypeError(f"{name}: cannot read a {type(x).__name__} as a numpy array "
                         f"(CPU tensors and arrays only): {e}") from e
+    if a.dtype.name == "bfloat16" and a.dtype.itemsize == 2:  # ml_dtypes
+        a = a.astype(np.float32)
     if a.dtype not in (np.float16, np.float32):
-        raise TypeError(f"{name}: expected float16 or float32, got {a.dtype} (no silent casts: "
-                        "convert it, e.g. .astype(numpy.float16))")
+        raise TypeError(f"{name}: expected float16, bfloat16 or float32, got {a.dtype} (no silent "
+                        "casts: convert it, e.g. .astype(numpy.float16))")
     if a.ndim != 3:
         raise ValueError(f"{name}: expected shape [heads, tokens, head_dim], got {a.shape}")
     finite = np.isfinite(a).all(axis=2)
@@ -59,8 +67,8 @@ def write_dump(
     """Writes a dump directory and returns it opened.
 
     ``layers`` maps a model layer number to its tensors ``{"q", "k", "v", "qdec", "kdec",
-    "vdec"}`` (``q`` and ``k`` required), each ``[heads, tokens, head_dim]`` float16 or float32
-    (numpy or CPU torch), post-RoPE: ``q``/``qdec`` over query heads, the rest over KV heads.
+    "vdec"}`` (``q`` and ``k`` required), each ``[heads, tokens, head_dim]`` float16, float32 or
+    bfloat16 (numpy, ``ml_dtypes`` or CPU torch; bfloat16 is stored as float32, exactly), post-RoPE: ``q``/``qdec`` over query heads, the rest over KV heads.
     ``manifest_fields`` must give ``model`` and ``rope_theta``; ``n_layers`` defaults to the
     largest layer + 1 and ``source`` to ""; other keys are kept. Shapes, head counts, token
     counts and ``head_dim`` are derived from the tensors (a given value must agree).

@@ -1,0 +1,121 @@
+"""qkindex.hf on SmolLM2-135M loaded by transformers from our GGUF file: capture equals the
+driver's dump; RetrievalAttention equals full attention where it selects every key, and its
+statistics are those of its selections. Skipped where torch / transformers / the model are
+missing; failures in CI.
+
+The fixture ``fixtures/smollm2-driver-64`` is the driver's dump of the first 64 prompt ids of
+the bundled subset (float16):
+
+    np.save("ids64.npy", np.load("data/smollm2-8k-subset/prompt_ids.npy")[:64])
+    qkindex dump --ids ids64.npy --layers 0,29 --decode 0 --dtype f16 --device cpu \\
+        --source "data/smollm2-8k-subset/prompt_ids.npy[:64]" --out fixtures/smollm2-driver-64
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import qkindex
+
+from conftest import SUBSET, need
+
+torch = need("torch")
+hf = need("qkindex.hf")
+
+FIXTURE = Path(__file__).parent / "fixtures" / "smollm2-driver-64"
+
+
+def rel_err(got, want):
+    """Relative error of `got` against `want`: ||got - want|| / ||want|| (Frobenius)."""
+    want = np.asarray(want, np.float64)
+    return float(np.linalg.norm(np.asarray(got, np.float64) - want) / np.linalg.norm(want))
+
+
+def test_capture_equals_the_driver_dump(smollm2, tmp_path):
+    ids = np.load(FIXTURE / "prompt_ids.npy")
+    dump = hf.capture(smollm2, torch.from_numpy(ids.astype(np.int64)), layers=[0, 29],
+                      out=tmp_path / "cap")
+    ref = qkindex.load_dump(FIXTURE)
+    m = dump.manifest
+    for key in ("n_q_heads", "n_kv_heads", "head_dim", "n_prefill", "n_layers", "rope_theta"):
+        assert m[key] == ref.manifest[key], key
+    for layer in (0, 29):
+        for part in ("q", "k", "v"):
+            got, want = getattr(dump, part)(layer), getattr(ref, part)(layer)
+            assert got.shape == want.shape
+            assert rel_err(got, want) < 2e-3, (layer, part, rel_err(got, want))
+
+
+def test_capture_checks_its_arguments(smollm2, tmp_path):
+    with pytest.raises(ValueError, match=r"layers: \[30\] do not exist"):
+        hf.capture(smollm2, torch.arange(8), layers=[30], out=tmp_path / "a")
+    with pytest.raises(ValueError, match="input_ids: expected shape"):
+        hf.capture(smollm2, torch.zeros(2, 8, dtype=torch.long), out=tmp_path / "b")
+    with pytest.raises(TypeError, match="input_ids: expected integer"):
+        hf.capture(smollm2, torch.zeros(8), out=tmp_path / "c")
+
+
+def _ids(n):
+    return torch.from_numpy(np.load(SUBSET / "prompt_ids.npy")[:n].astype(np.int64))
+
+
+@pytest.mark.parametrize("policy", ["exact-topk", "index-topk"])
+def test_retrieval_that_selects_every_key_equals_full_attention(smollm2, policy):
+    # Rest = positions 8..(n - 32); k covers it, so the selection is every key.
+    ids = _ids(200)
+    full = hf.perplexity(smollm2, ids, prefill=150)
+    ra = hf.RetrievalAttention(smollm2, policy, sink=8, window=32, k=200, ef=256,
+                               build={"kq": 20})
+    got = hf.perplexity(smollm2, ids, prefill=150, attention=ra)
+    assert got["tokens"] == full["tokens"] == 49
+    assert abs(got["nll"] - full["nll"]) < 1e-4
+    st = ra.stats()
+    assert st["recall"] == 1.0
+    assert abs(st["mass"] - 1.0) < 1e-5 and abs(st["mass_ratio"] - 1.0) < 1e-5
+    assert st["selections"] == 49 * 30 * 9
+    # The attended set is static + the whole rest: n at each step.
+    assert st["keys_attended"] == pytest.approx(np.mean(np.arange(151, 200)))
+    if policy == "index-topk":
+        # Keys that left the window were inserted: the rest's keys at the last step.
+        assert len(ra.heads[0][0]) == 199 - 32 - 8
+        assert 0 < st["keys_scored"] <= 200 * 3 + 64
+
+
+def test_static_and_index_topk_on_a_longer_context(smollm2):
+    ids = _ids(620)
+    full = hf.perplexity(smollm2, ids, prefill=600)
+    runs = {}
+    for policy in ("static", "exact-topk", "index-topk"):
+        ra = hf.RetrievalAttention(smollm2, policy, sink=16, window=64, k=64)
+        runs[policy] = (hf.perplexity(smollm2, ids, prefill=600, attention=ra), ra.stats())
+    st, ex, idx = (runs[p][1] for p in ("static", "exact-topk", "index-topk"))
+    assert np.isnan(st["recall"]) and st["keys_scored"] == 0 and st["keys_attended"] == 80
+    assert ex["recall"] == 1.0 and idx["recall"] > 0.8
+    assert ex["keys_attended"] == idx["keys_attended"] == 80 + 64
+    # A scan scores the whole rest (n - sink - window at each step n = 601..619).
+    assert ex["keys_scored"] == pytest.approx(np.mean(np.arange(601, 620) - 80))
+    assert 0 < idx["keys_scored"] <= 1.1 * ex["keys_scored"]
+    assert idx["mass"] <= ex["mass"] + 1e-6 and st["mass"] < ex["mass"]
+    assert idx["mass_ratio"] <= 1 + 1e-6 and ex["mass_ratio"] == pytest.approx(1.0)
+    for policy, (ppl, _) in runs.items():
+        assert np.isfinite(ppl["ppl"]), policy
+    # The exact top-k keeps the perplexity close to full attention, the index close to it.
+    assert abs(runs["exact-topk"][0]["ppl"] / full["ppl"] - 1) < 0.1
+    assert abs(runs["index-topk"][0]["ppl"] / runs["exact-topk"][0]["ppl"] - 1) < 0.1
+
+
+def test_generate_under_retrieval_attention(smollm2):
+    ids = _ids(300)[None]
+    want = smollm2.generate(ids, max_new_tokens=6, do_sample=False)
+    with hf.RetrievalAttention(smollm2, "exact-topk", sink=8, window=32, k=300):
+        got = smollm2.generate(ids, max_new_tokens=6, do_sample=False)
+    assert torch.equal(got, want)
+    assert smollm2.config._attn_implementation != hf.ATTENTION_NAME  # restored
+
+
+def test_policy_arguments_are_checked(smollm2):
+    with pytest.raises(ValueError, match="policy: expected one of"):
+        hf.RetrievalAttention(smollm2, "full")
+    with pytest.raises(ValueError, match="window: must be at least 1"):
+        hf.RetrievalAttention(smollm2, "static", window=0)
