@@ -208,6 +208,7 @@ mod tests {
             stats: qkindex::SearchStats {
                 distance_computations: dc,
                 hops: 1,
+                ..Default::default()
             },
         }
     }

@@ -41,6 +41,47 @@ pub enum TrainOn {
     Keys,
 }
 
+/// Key codes a search traverses on (issue 26): the beam ranks candidates by code estimates and
+/// the final list is re-ranked on the stored keys ([`crate::graph::codes::search_codes`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Codes {
+    /// Traverse on the stored keys (f16/f32/int8) themselves.
+    #[default]
+    None,
+    /// Int8 codes with one scale per key, estimated with an int8 query (VNNI where present).
+    I8,
+}
+
+impl Codes {
+    /// The spec name (`none`, `i8`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Codes::None => "none",
+            Codes::I8 => "i8",
+        }
+    }
+
+    fn is_none(&self) -> bool {
+        *self == Codes::None
+    }
+}
+
+impl std::str::FromStr for Codes {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        [Codes::None, Codes::I8]
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| Error::invalid_param("codes", s, "expected none or i8"))
+    }
+}
+
+fn is_zero(x: &usize) -> bool {
+    *x == 0
+}
+
 impl TrainOn {
     fn is_queries(&self) -> bool {
         *self == TrainOn::Queries
@@ -75,6 +116,14 @@ pub struct AttentionParams {
     /// query-trained graphs stay as they were).
     #[serde(default, skip_serializing_if = "TrainOn::is_queries")]
     pub train_on: TrainOn,
+    /// Codes the search traverses on ([`Codes`]; derived from the keys at build and load, not
+    /// stored; absent from files without codes).
+    #[serde(default, skip_serializing_if = "Codes::is_none")]
+    pub codes: Codes,
+    /// Candidates re-ranked on the stored keys after a traversal on codes (at least `k`; 0: the
+    /// whole list of `ef`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rerank: usize,
 }
 
 impl Default for AttentionParams {
@@ -94,6 +143,8 @@ impl Default for AttentionParams {
             default_ef: 128,
             causal: false,
             train_on: TrainOn::Queries,
+            codes: Codes::None,
+            rerank: 0,
         }
     }
 }
@@ -115,6 +166,8 @@ impl AttentionParams {
             default_ef: 128,
             causal: false,
             train_on: TrainOn::Queries,
+            codes: Codes::None,
+            rerank: 0,
         }
     }
 

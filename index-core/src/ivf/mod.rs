@@ -411,6 +411,7 @@ impl AnnIndex for IvfIndex {
         out.stats = SearchStats {
             distance_computations: (nlist + scanned) as u64,
             hops: 0,
+            ..Default::default()
         };
         Ok(())
     }

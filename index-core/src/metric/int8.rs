@@ -93,7 +93,8 @@ pub fn quantize_row(row: &[f32], codes: &mut [i8]) -> f32 {
 }
 
 /// A query quantized for code estimates: `query ≈ scale · codes` ([`quantize_row`]), so that
-/// `query · key ≈ scale · key_scale · Σ codes_i · key_codes_i`, an integer inner product.
+/// `query · key ≈ scale · key_scale · Σ codes_i · key_codes_i + bias`, an integer inner product
+/// (`bias` is the part common to every key of affine codes, 0 for plain ones).
 /// `sum` (`Σ codes_i`) lets the VNNI kernels, which multiply unsigned by signed bytes, run on
 /// `key_codes + 128` and subtract `128 · sum`.
 #[derive(Clone, Debug, Default)]
@@ -101,21 +102,47 @@ pub struct QuantQuery {
     pub codes: Vec<i8>,
     pub scale: f32,
     pub sum: i32,
+    pub bias: f32,
 }
 
 impl QuantQuery {
-    /// Quantizes `query` into `self` (reusing its buffer).
+    /// Quantizes `query` into `self` (reusing its buffer), for keys coded as `scale · code`.
     pub fn set(&mut self, query: &[f32]) {
         self.codes.resize(query.len(), 0);
         self.scale = quantize_row(query, &mut self.codes);
         self.sum = self.codes.iter().map(|&c| i32::from(c)).sum();
+        self.bias = 0.0;
+    }
+
+    /// Quantizes `query ⊙ range` into `self`, with `bias = query · offset`: the query for keys
+    /// coded per dimension as `key_i ≈ offset_i + range_i · scale · code_i`
+    /// ([`crate::graph::codes::KeyCodes`]). All three slices have the query's length.
+    pub fn set_affine(&mut self, query: &[f32], offset: &[f32], range: &[f32]) {
+        let d = query.len();
+        self.codes.resize(d, 0);
+        let max = query
+            .iter()
+            .zip(range)
+            .fold(0.0f32, |m, (q, r)| m.max((q * r).abs()));
+        if max == 0.0 || !max.is_finite() {
+            self.codes.iter_mut().for_each(|c| *c = 0);
+            self.scale = 0.0;
+        } else {
+            let inv = 127.0 / max;
+            for ((c, q), r) in self.codes.iter_mut().zip(query).zip(range) {
+                *c = (q * r * inv).round().clamp(-127.0, 127.0) as i8;
+            }
+            self.scale = max / 127.0;
+        }
+        self.sum = self.codes.iter().map(|&c| i32::from(c)).sum();
+        self.bias = query.iter().zip(offset).map(|(q, o)| q * o).sum();
     }
 
     /// The estimate of `query · key` for a key coded as `scale · codes`, given the integer
     /// inner product `dot = Σ self.codes_i · codes_i`.
     #[inline]
     pub fn estimate(&self, dot: i32, key_scale: f32) -> f32 {
-        self.scale * key_scale * dot as f32
+        self.scale * key_scale * dot as f32 + self.bias
     }
 }
 

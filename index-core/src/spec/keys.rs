@@ -7,7 +7,7 @@
 //! attention graph trains on) have no key: the preset name says them.
 
 use super::IndexSpec;
-use crate::attention::{AttentionParams, EntryRule, Projection, Prune};
+use crate::attention::{AttentionParams, Codes, EntryRule, Projection, Prune};
 use crate::error::{Error, Result};
 use crate::hnsw::HnswParams;
 use crate::ivf::IvfParams;
@@ -38,6 +38,8 @@ const ATTENTION: &[Key] = &[
     key("build-ef", "build_ef"),
     key("default-ef", "default_ef"),
     key("causal", "causal"),
+    key("codes", "codes"),
+    key("rerank", "rerank"),
 ];
 
 const HNSW: &[Key] = &[
@@ -210,6 +212,8 @@ fn get(spec: &IndexSpec, name: &str) -> Option<String> {
             "build-ef" => p.build_ef.to_string(),
             "default-ef" => p.default_ef.to_string(),
             "causal" => p.causal.to_string(),
+            "codes" => p.codes.name().into(),
+            "rerank" => p.rerank.to_string(),
             _ => return None,
         },
         IndexSpec::Flat => return None,
@@ -283,6 +287,8 @@ fn set_attention(p: &mut AttentionParams, name: &'static str, value: &str) -> Re
             }
         },
         "prune" => p.prune = value.parse::<Prune>()?,
+        "codes" => p.codes = value.parse::<Codes>()?,
+        "rerank" => p.rerank = number(name, value)?,
         "entry" => {
             p.entry = match value {
                 "hub" => EntryRule::Hub,
