@@ -173,14 +173,14 @@ macro_rules! f32_loops {
             prefetch_rows(codes, dim, ids);
             for (o, &id) in out.iter_mut().zip(ids) {
                 let s = id as usize * dim;
-                // Detected: same target features as this function.
+                // SAFETY: same target features as this function.
                 *o = scales[id as usize] * unsafe { $dot(q, &codes[s..s + dim]) };
             }
         }
         #[target_feature(enable = $features)]
         fn $range(q: &[f32], rows: &[i8], scales: &[f32], dim: usize, out: &mut [f32]) {
             for ((o, row), &s) in out.iter_mut().zip(rows.chunks_exact(dim)).zip(scales) {
-                // Detected: same target features as this function.
+                // SAFETY: same target features as this function.
                 *o = s * unsafe { $dot(q, row) };
             }
         }
@@ -292,7 +292,7 @@ macro_rules! q8_vnni_loops {
         unsafe fn $dot(a: &[i8], b: &[i8]) -> i32 {
             let n = a.len().min(b.len());
             let bias: i32 = a[..n].iter().map(|&x| i32::from(x)).sum::<i32>() * 128;
-            // Detected: same target features as this function.
+            // SAFETY: same target features as this function.
             unsafe { $biased(a, b) - bias }
         }
         #[target_feature(enable = $features)]
@@ -308,7 +308,7 @@ macro_rules! q8_vnni_loops {
             let bias = 128 * query.sum;
             for (o, &id) in out.iter_mut().zip(ids) {
                 let s = id as usize * dim;
-                // Detected: same target features as this function.
+                // SAFETY: same target features as this function.
                 let dot = unsafe { $biased(&query.codes, &codes[s..s + dim]) } - bias;
                 *o = query.estimate(dot, scales[id as usize]);
             }
@@ -342,7 +342,7 @@ unsafe fn gather_q8_avx2(
     prefetch_rows(codes, dim, ids);
     for (o, &id) in out.iter_mut().zip(ids) {
         let s = id as usize * dim;
-        // Detected: same target features as this function.
+        // SAFETY: same target features as this function.
         let dot = unsafe { dot_q8_avx2(&query.codes, &codes[s..s + dim]) };
         *o = query.estimate(dot, scales[id as usize]);
     }
@@ -359,7 +359,7 @@ fn prefetch_rows(codes: &[i8], dim: usize, ids: &[u32]) {
         }
         let mut line = 0;
         while line < dim {
-            // Detected: prefetch never faults, and the address lies inside `codes` (checked above).
+            // SAFETY: prefetch never faults, and the address lies inside `codes` (checked above).
             unsafe { _mm_prefetch::<_MM_HINT_T0>(codes.as_ptr().add(start + line)) };
             line += 64;
         }
