@@ -242,7 +242,7 @@ fn main() {
     let (mut walls, mut cpus) = (Vec::new(), Vec::new());
     let mut sink = 0u64;
     for _ in 0..5 {
-        let (c, wall, cpu) = timed(|| io::format::checksum(bytes));
+        let (c, wall, cpu) = timed(|| io::format::checksum(&bytes));
         sink ^= c;
         walls.push(wall);
         cpus.push(cpu);

@@ -376,6 +376,8 @@ pub struct Scratch {
     pub(crate) best: TopK,
     pub(crate) ids: Vec<u32>,
     pub(crate) scores: Vec<f32>,
+    /// The query quantized for code estimates ([`crate::graph::codes`]).
+    pub(crate) quant: crate::metric::int8::QuantQuery,
 }
 
 impl Scratch {

@@ -73,17 +73,21 @@ impl SearchParams {
 /// What one search computed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SearchStats {
-    /// Inner products of the query with any stored vector (keys, centroids, training queries,
-    /// upper graph layers). `scanned = distance_computations / n`.
+    /// Full-precision inner products of the query with any stored vector (keys, centroids,
+    /// training queries, upper graph layers). `scanned = distance_computations / n`.
     pub distance_computations: u64,
     /// Graph nodes expanded (0 for non-graph kinds).
     pub hops: u64,
+    /// Inner products estimated from key codes (a graph traversal on int8 codes, issue 26),
+    /// not counted in `distance_computations`: each reads a quarter of an f32 row's bytes.
+    pub code_estimates: u64,
 }
 
 impl AddAssign for SearchStats {
     fn add_assign(&mut self, rhs: Self) {
         self.distance_computations += rhs.distance_computations;
         self.hops += rhs.hops;
+        self.code_estimates += rhs.code_estimates;
     }
 }
 

@@ -24,7 +24,9 @@ struct Fixture {
     queries: Vec<f32>,
     attention_f16: AttentionIndex,
     attention_f32: AttentionIndex,
+    attention_i8: AttentionIndex,
     flat_f16: FlatIndex,
+    flat_i8: FlatIndex,
     /// `attention_f16` saved: the bytes every corruption test starts from.
     attention_bytes: Vec<u8>,
 }
@@ -44,6 +46,9 @@ fn fixture() -> &'static Fixture {
                 .expect("build");
         let attention_f32 =
             AttentionIndex::build(k32, &data.train_queries, &params, &CpuKnn).expect("build");
+        let k8 = Arc::new(KeyStore::quantize_i8(&data.keys, DIM).expect("keys"));
+        let attention_i8 = AttentionIndex::build(k8.clone(), &data.train_queries, &params, &CpuKnn)
+            .expect("build");
         let dir = tempdir();
         let path = dir.join("a.qki");
         attention_f16.save(&path).expect("save");
@@ -52,7 +57,9 @@ fn fixture() -> &'static Fixture {
             queries: data.test_queries,
             attention_f16,
             attention_f32,
+            attention_i8,
             flat_f16: FlatIndex::new(k16),
+            flat_i8: FlatIndex::new(k8),
             attention_bytes,
         }
     })
@@ -93,10 +100,12 @@ fn assert_mapped(index: &AnyIndex) {
 fn round_trip_every_kind_gives_identical_results() {
     let f = fixture();
     let dir = tempdir();
-    let kinds: [(&str, &dyn AnnIndex, &dyn io::Persist); 3] = [
+    let kinds: [(&str, &dyn AnnIndex, &dyn io::Persist); 5] = [
         ("attention-f16", &f.attention_f16, &f.attention_f16),
         ("attention-f32", &f.attention_f32, &f.attention_f32),
+        ("attention-i8", &f.attention_i8, &f.attention_i8),
         ("flat-f16", &f.flat_f16, &f.flat_f16),
+        ("flat-i8", &f.flat_i8, &f.flat_i8),
     ];
     for (name, index, persist) in kinds {
         let path = dir.join(format!("{name}.qki"));
@@ -376,13 +385,14 @@ fn wrong_magic_future_version_and_overflowing_counts() {
     expect_error(&c, "header");
 
     let mut c = b.clone();
-    set_u32(&mut c, 8, 2);
+    set_u32(&mut c, 8, io::FORMAT_VERSION + 1);
     format::reseal(&mut c);
     let path = tempdir().join("future.qki");
     std::fs::write(&path, &c).expect("write");
     let err = io::load(&path, &LoadOptions::default()).expect_err("should fail");
     assert_format(&err, &path, "header");
-    assert!(err.to_string().contains("version 2"), "{err}");
+    let future = format!("version {}", io::FORMAT_VERSION + 1);
+    assert!(err.to_string().contains(&future), "{err}");
 
     // n so large that n × d × 2 overflows, checksums made valid again.
     let mut c = b.clone();
@@ -536,4 +546,44 @@ proptest! {
             }
         }
     }
+}
+
+/// Int8 files: the keys section packs `n` scales then the codes; a version 1 header cannot
+/// declare int8, a non-finite scale fails verification, a wrong length names the section.
+#[test]
+fn int8_keys_section_is_checked() {
+    let f = fixture();
+    let dir = tempdir();
+    let path = dir.join("a8.qki");
+    f.attention_i8.save(&path).expect("save");
+    let b = std::fs::read(&path).expect("read");
+    let loaded = io::load(&path, &LoadOptions::default()).expect("load");
+    assert_eq!(loaded.key_store().dtype(), qkindex::Dtype::I8);
+    assert_eq!(loaded.key_store().to_f32(), f.attention_i8.keys().to_f32());
+
+    let mut c = b.clone();
+    set_u32(&mut c, 8, 1);
+    format::reseal(&mut c);
+    expect_error(&c, "header");
+
+    let keys = entries(&b)
+        .into_iter()
+        .find(|e| e.kind == SectionKind::KEYS)
+        .expect("keys section");
+    let mut c = b.clone();
+    let at = keys.offset as usize + 4 * 3;
+    c[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    format::reseal(&mut c);
+    let bad = dir.join("nan-scale.qki");
+    std::fs::write(&bad, &c).expect("write");
+    assert!(io::load(&bad, &LoadOptions::no_verify()).is_ok());
+    let err = io::verify(&bad).expect_err("NaN scale");
+    assert_format(&err, &bad, "keys");
+    assert!(err.to_string().contains("row 3"), "{err}");
+
+    // d one larger: the section no longer holds n scales and n × d codes.
+    let mut c = b.clone();
+    set_u32(&mut c, 20, DIM as u32 + 1);
+    format::reseal(&mut c);
+    expect_error(&c, "keys");
 }

@@ -123,6 +123,8 @@ fn write_current_version_fixtures() {
             .expect("keys"),
     );
     let k32 = Arc::new(KeyStore::from_f32(data.keys.clone(), dim).expect("keys"));
+    // Int8 keys exist from version 2.
+    let k8 = Arc::new(KeyStore::quantize_i8(&data.keys, dim).expect("keys"));
     // The v1 fixtures were written when top pruning was the default.
     let params = AttentionParams {
         prune: qkindex::attention::Prune::Top,
@@ -131,9 +133,11 @@ fn write_current_version_fixtures() {
     let a16 =
         AttentionIndex::build(k16.clone(), &data.train_queries, &params, &CpuKnn).expect("build");
     let a32 = AttentionIndex::build(k32, &data.train_queries, &params, &CpuKnn).expect("build");
+    let a8 = AttentionIndex::build(k8, &data.train_queries, &params, &CpuKnn).expect("build");
     let flat = FlatIndex::new(k16);
     a16.save(dir.join("attention-f16.qki")).expect("save");
     a32.save(dir.join("attention-f32.qki")).expect("save");
+    a8.save(dir.join("attention-i8.qki")).expect("save");
     flat.save(dir.join("flat-f16.qki")).expect("save");
     let mut b = BundleWriter::new(dir.join("bundle")).expect("bundle");
     let r = b.write_keys(9, 0, a16.keys()).expect("keys");
@@ -144,9 +148,10 @@ fn write_current_version_fixtures() {
 
     let q = data.test_queries;
     let mut recorded = Vec::new();
-    let targets: [(&str, &dyn AnnIndex); 5] = [
+    let targets: [(&str, &dyn AnnIndex); 6] = [
         ("attention-f16.qki", &a16),
         ("attention-f32.qki", &a32),
+        ("attention-i8.qki", &a8),
         ("flat-f16.qki", &flat),
         ("bundle:9:0", &a16),
         ("bundle:9:1", &flat),

@@ -222,6 +222,27 @@ pub fn build_spec<T: TryFrom<AnyIndex, Error = Error>>(
         .try_into()
 }
 
+/// The keys of argument `keys` stored as `dtype` (`None`: as given; `"float16"`, `"float32"`,
+/// or `"int8"`: one f32 scale per key, issue 26). Other names raise `ValueError`.
+pub fn keys_as(keys: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResult<KeyStore> {
+    let store = float_array(keys, "keys")?.key_store("keys", None)?;
+    let Some(name) = dtype else {
+        return Ok(store);
+    };
+    let want = [qkindex::Dtype::F16, qkindex::Dtype::F32, qkindex::Dtype::I8]
+        .into_iter()
+        .find(|d| d.numpy_name() == name)
+        .ok_or_else(|| {
+            value_error(format!(
+                "dtype: expected None, \"float16\", \"float32\" or \"int8\", got {name:?}"
+            ))
+        })?;
+    if want == store.dtype() {
+        return Ok(store);
+    }
+    KeyStore::from_f32_as(store.to_f32(), store.dim(), want).map_err(to_py)
+}
+
 /// `json.loads` of a serializable value (build stats, parameters).
 pub fn to_py_json<'py>(
     py: Python<'py>,
@@ -260,7 +281,7 @@ pub struct AttentionIndex {
     /// Key dimension.
     #[pyo3(get)]
     dim: usize,
-    /// Element type of the stored keys: "float16" or "float32".
+    /// Element type of the stored keys: "float16", "float32" or "int8".
     #[pyo3(get)]
     dtype: String,
 }
@@ -287,12 +308,13 @@ impl AttentionIndex {
 
 #[pymethods]
 impl AttentionIndex {
-    /// Builds the index over `keys` (`[n, d]`, float16 or float32; stored as given) from
-    /// `train_queries` (`[m, d]`, the head's prefill queries). `prune`: `"occlusion-fill"`
-    /// (default: the library's, also what the decode driver builds; more robust to queries
-    /// unlike the training ones), `"top"` or `"occlusion"`.
+    /// Builds the index over `keys` (`[n, d]`, float16 or float32; stored as given, or as
+    /// `dtype`: "float16", "float32" or "int8") from `train_queries` (`[m, d]`, the head's
+    /// prefill queries). `prune`: `"occlusion-fill"` (default: the library's, also what the
+    /// decode driver builds; more robust to queries unlike the training ones), `"top"` or
+    /// `"occlusion"`.
     #[staticmethod]
-    #[pyo3(signature = (keys, train_queries, *, kq=100, max_degree=32, build_ef=200, default_ef=128, causal=false, prune="occlusion-fill", device="auto"))]
+    #[pyo3(signature = (keys, train_queries, *, kq=100, max_degree=32, build_ef=200, default_ef=128, causal=false, prune="occlusion-fill", device="auto", dtype=None))]
     #[allow(clippy::too_many_arguments)]
     fn build(
         py: Python<'_>,
@@ -305,6 +327,7 @@ impl AttentionIndex {
         causal: bool,
         prune: &str,
         device: &str,
+        dtype: Option<&str>,
     ) -> PyResult<Self> {
         let knn = knn_backend(device)?;
         let prune: Prune = prune.parse().map_err(|_| {
@@ -321,7 +344,7 @@ impl AttentionIndex {
             prune,
             ..AttentionParams::default()
         });
-        let store = Arc::new(float_array(keys, "keys")?.key_store("keys", None)?);
+        let store = Arc::new(keys_as(keys, dtype)?);
         let tq = float_array(train_queries, "train_queries")?;
         let train = tq.rows_f32("train_queries", Shape::Matrix, Some(store.dim()))?;
         if train.rows == 0 {
@@ -427,7 +450,7 @@ pub struct FlatIndex {
     /// Key dimension.
     #[pyo3(get)]
     dim: usize,
-    /// Element type of the stored keys: "float16" or "float32".
+    /// Element type of the stored keys: "float16", "float32" or "int8".
     #[pyo3(get)]
     dtype: String,
 }
@@ -446,11 +469,12 @@ impl FlatIndex {
 
 #[pymethods]
 impl FlatIndex {
-    /// A flat index over `keys` (`[n, d]`, float16 or float32; stored as given).
+    /// A flat index over `keys` (`[n, d]`, float16 or float32; stored as given, or as `dtype`:
+    /// "float16", "float32" or "int8").
     #[staticmethod]
-    #[pyo3(signature = (keys))]
-    fn build(keys: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let store = Arc::new(float_array(keys, "keys")?.key_store("keys", None)?);
+    #[pyo3(signature = (keys, *, dtype=None))]
+    fn build(keys: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResult<Self> {
+        let store = Arc::new(keys_as(keys, dtype)?);
         let inner = build_spec(
             &IndexSpec::Flat,
             store,

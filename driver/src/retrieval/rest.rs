@@ -10,8 +10,6 @@
 
 use std::sync::Arc;
 
-use half::f16;
-
 use qkindex::io::AnyIndex;
 use qkindex::{
     AnnIndex, AttentionIndex, Dtype, FlatIndex, IndexSpec, KeyStore, KnnBackend, Scratch,
@@ -46,12 +44,7 @@ impl RestIndex {
         dtype: Dtype,
         knn: &dyn KnnBackend,
     ) -> qkindex::Result<Self> {
-        let store = Arc::new(match dtype {
-            Dtype::F32 => KeyStore::from_f32(keys, dim)?,
-            Dtype::F16 => {
-                KeyStore::from_f16(keys.iter().map(|&x| f16::from_f32(x)).collect(), dim)?
-            }
-        });
+        let store = Arc::new(KeyStore::from_f32_as(keys, dim, dtype)?);
         Ok(match spec.build(store, train_queries, knn)? {
             AnyIndex::Attention(a) => RestIndex::Attention(a),
             AnyIndex::Flat(f) => RestIndex::Flat(f),
@@ -215,6 +208,7 @@ mod tests {
             stats: qkindex::SearchStats {
                 distance_computations: dc,
                 hops: 1,
+                ..Default::default()
             },
         }
     }

@@ -65,6 +65,9 @@ impl AttentionIndex {
         let mut cands = self.guided_candidates(key, guides, scratch);
         cands.truncate(2 * self.params.max_degree);
         Arc::make_mut(&mut self.keys).push(key)?;
+        if let Some(codes) = &mut self.codes {
+            codes.push(key)?;
+        }
 
         let max_degree = self.params.max_degree;
         let sequence = self.params.sequence_edges > 0;

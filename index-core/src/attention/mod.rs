@@ -24,10 +24,11 @@ mod params;
 
 pub use crate::graph::Prune;
 pub use build::BuildStats;
-pub use params::{AttentionParams, EntryRule, Projection, TrainOn};
+pub use params::{AttentionParams, Codes, EntryRule, Projection, TrainOn};
 
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
+use crate::graph::codes::{search_codes, KeyCodes};
 use crate::graph::{beam_search, BeamSettings, Csr, Neighbors};
 use crate::knn::KnnBackend;
 use crate::scratch::Scratch;
@@ -48,6 +49,8 @@ pub struct AttentionIndex {
     built_len: usize,
     params: AttentionParams,
     stats: BuildStats,
+    /// Traversal codes of the keys when `params.codes` asks for them (issue 26).
+    codes: Option<KeyCodes>,
 }
 
 /// The out-edges: the CSR a build (or a file) produced, or editable lists once keys have been
@@ -126,7 +129,12 @@ impl AttentionIndex {
                 "must be non-empty ids below n",
             ));
         }
+        let codes = match params.codes {
+            Codes::None => None,
+            Codes::I8 => Some(KeyCodes::new(&keys)),
+        };
         Ok(AttentionIndex {
+            codes,
             built_len: keys.len(),
             keys,
             graph: Adjacency::Frozen(graph),
@@ -198,7 +206,9 @@ impl AnnIndex for AttentionIndex {
                 .map(|l| std::mem::size_of::<Vec<u32>>() + l.capacity() * 4)
                 .sum(),
         };
-        graph + std::mem::size_of_val(self.entries.as_slice())
+        graph
+            + std::mem::size_of_val(self.entries.as_slice())
+            + self.codes.as_ref().map_or(0, KeyCodes::bytes)
     }
 
     fn search_seeded(
@@ -214,15 +224,28 @@ impl AnnIndex for AttentionIndex {
         let settings = BeamSettings::for_search(params, k, self.params.default_ef)?;
         let scorer = self.keys.scorer();
         let entries: [&[u32]; 2] = [&self.entries, seeds];
-        beam_search(
-            &self.graph,
-            &scorer,
-            query,
-            &entries,
-            &settings,
-            scratch,
-            out,
-        );
+        match &self.codes {
+            Some(codes) => search_codes(
+                &self.graph,
+                codes,
+                &scorer,
+                query,
+                &entries,
+                &settings,
+                self.params.rerank,
+                scratch,
+                out,
+            ),
+            None => beam_search(
+                &self.graph,
+                &scorer,
+                query,
+                &entries,
+                &settings,
+                scratch,
+                out,
+            ),
+        }
         Ok(())
     }
 }

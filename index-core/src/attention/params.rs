@@ -41,6 +41,47 @@ pub enum TrainOn {
     Keys,
 }
 
+/// Key codes a search traverses on (issue 26): the beam ranks candidates by code estimates and
+/// the final list is re-ranked on the stored keys ([`crate::graph::codes::search_codes`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Codes {
+    /// Traverse on the stored keys (f16/f32/int8) themselves.
+    #[default]
+    None,
+    /// Int8 codes with one scale per key, estimated with an int8 query (VNNI where present).
+    I8,
+}
+
+impl Codes {
+    /// The spec name (`none`, `i8`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Codes::None => "none",
+            Codes::I8 => "i8",
+        }
+    }
+
+    fn is_none(&self) -> bool {
+        *self == Codes::None
+    }
+}
+
+impl std::str::FromStr for Codes {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        [Codes::None, Codes::I8]
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| Error::invalid_param("codes", s, "expected none or i8"))
+    }
+}
+
+fn is_zero(x: &usize) -> bool {
+    *x == 0
+}
+
 impl TrainOn {
     fn is_queries(&self) -> bool {
         *self == TrainOn::Queries
@@ -84,22 +125,26 @@ pub struct AttentionParams {
     /// Candidates per key that the pruning reads, best-weighted first (0: all of them). The
     /// occlusion rule compares each candidate with every kept edge, so an uncapped list makes
     /// the projection cost grow with the queries per key (issue 27).
-    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub prune_candidates: usize,
     /// 0: the exact top-`kq` of each training query ([`crate::KnnBackend`]). Otherwise its
     /// best keys among those of its `knn_probe` nearest lists of a coarse IVF over the keys
     /// (`round(4·√n)` lists; the centroid search still goes through the backend): about
     /// `√n` inner products per query instead of `n` (issue 27).
-    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub knn_probe: usize,
+    /// Codes the search traverses on ([`Codes`]; derived from the keys at build and load, not
+    /// stored; absent from files without codes).
+    #[serde(default, skip_serializing_if = "Codes::is_none")]
+    pub codes: Codes,
+    /// Candidates re-ranked on the stored keys after a traversal on codes (at least `k`; 0: the
+    /// whole list of `ef`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rerank: usize,
 }
 
 fn is_zero_f64(x: &f64) -> bool {
     *x == 0.0
-}
-
-fn is_zero_usize(x: &usize) -> bool {
-    *x == 0
 }
 
 impl Default for AttentionParams {
@@ -122,6 +167,8 @@ impl Default for AttentionParams {
             queries_per_key: 0.0,
             prune_candidates: 0,
             knn_probe: 0,
+            codes: Codes::None,
+            rerank: 0,
         }
     }
 }
@@ -146,6 +193,8 @@ impl AttentionParams {
             queries_per_key: 0.0,
             prune_candidates: 0,
             knn_probe: 0,
+            codes: Codes::None,
+            rerank: 0,
         }
     }
 

@@ -4,7 +4,8 @@
 //! | file | job |
 //! |---|---|
 //! | `mod.rs` | [`Csr`] adjacency (owned or mapped), the [`Neighbors`] access trait |
-//! | `search.rs` | [`beam_search`] and its [`BeamSettings`] |
+//! | `search.rs` | [`beam_search`] and its [`BeamSettings`]; [`beam_search_by`] over any [`Estimate`] |
+//! | `codes.rs` | [`codes::search_codes`]: traversal on int8 codes, exact re-rank (issue 26) |
 //! | `reach.rs` | [`mark_reachable`], the one reachability walk |
 //! | `repair.rs` | [`repair::connect`], the connectivity repair of a build |
 //! | `prune.rs` | [`prune()`]: top / occlusion / occlusion-fill ([`Prune`]) |
@@ -15,6 +16,7 @@
 //!                                     └── mark_reachable ─┘
 //! ```
 
+pub mod codes;
 mod prune;
 mod reach;
 pub mod repair;
@@ -22,7 +24,7 @@ mod search;
 
 pub use prune::{prune, Prune};
 pub use reach::mark_reachable;
-pub use search::{beam_search, BeamSettings};
+pub use search::{beam_search, beam_search_by, BeamSettings, Estimate, Exact};
 
 use crate::error::{Error, Result};
 use crate::io::Buf;

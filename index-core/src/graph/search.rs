@@ -57,6 +57,26 @@ impl BeamSettings {
     }
 }
 
+/// What a beam search ranks candidates by: `out[i]` = the score of node `ids[i]` for the query
+/// it was made for ([`Exact`] inner products, or code estimates, [`super::codes::CodeScorer`]).
+pub trait Estimate {
+    fn score_ids(&self, ids: &[u32], out: &mut [f32]);
+}
+
+/// Exact inner products of `query` with the keys of a [`Scorer`].
+#[derive(Debug)]
+pub struct Exact<'a> {
+    pub scorer: &'a Scorer<'a>,
+    pub query: &'a [f32],
+}
+
+impl Estimate for Exact<'_> {
+    #[inline]
+    fn score_ids(&self, ids: &[u32], out: &mut [f32]) {
+        self.scorer.score_ids(self.query, ids, out)
+    }
+}
+
 /// Searches `graph` for the `settings.k` keys with the largest `query · key`
 /// ([`BeamSettings`]), starting from every id of the slices in `entries` (ids out of range are
 /// ignored, and so are neighbour ids `≥ graph.node_count()`, which only an unverified file can
@@ -70,10 +90,30 @@ pub fn beam_search<G: Neighbors + ?Sized>(
     scratch: &mut Scratch,
     out: &mut SearchOutput,
 ) {
+    beam_search_by(
+        graph,
+        &Exact { scorer, query },
+        entries,
+        settings,
+        scratch,
+        out,
+    )
+}
+
+/// [`beam_search`] ranking by `est`: `out` holds the best `settings.k` nodes by `est`'s scores,
+/// with those scores, and every score counted in `distance_computations` (a caller that
+/// estimates moves the count, [`super::codes::search_codes`]).
+pub fn beam_search_by<G: Neighbors + ?Sized, E: Estimate + ?Sized>(
+    graph: &G,
+    est: &E,
+    entries: &[&[u32]],
+    settings: &BeamSettings,
+    scratch: &mut Scratch,
+    out: &mut SearchOutput,
+) {
     let job = Job {
         graph,
-        scorer,
-        query,
+        est,
         entries,
         settings: *settings,
     };
@@ -95,10 +135,9 @@ pub fn beam_search<G: Neighbors + ?Sized>(
 }
 
 /// The arguments of one [`beam_search`], as the compiled versions of its loop take them.
-struct Job<'a, G: ?Sized> {
+struct Job<'a, G: ?Sized, E: ?Sized> {
     graph: &'a G,
-    scorer: &'a Scorer<'a>,
-    query: &'a [f32],
+    est: &'a E,
     entries: &'a [&'a [u32]],
     settings: BeamSettings,
 }
@@ -142,8 +181,8 @@ macro_rules! beam_search_with_features {
     ($name:ident, $features:literal) => {
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = $features)]
-        unsafe fn $name<G: Neighbors + ?Sized>(
-            job: &Job<'_, G>,
+        unsafe fn $name<G: Neighbors + ?Sized, E: Estimate + ?Sized>(
+            job: &Job<'_, G, E>,
             scratch: &mut Scratch,
             out: &mut SearchOutput,
         ) {
@@ -159,15 +198,14 @@ beam_search_with_features!(
 );
 
 #[inline(always)]
-fn beam_search_impl<G: Neighbors + ?Sized>(
-    job: &Job<'_, G>,
+fn beam_search_impl<G: Neighbors + ?Sized, E: Estimate + ?Sized>(
+    job: &Job<'_, G, E>,
     scratch: &mut Scratch,
     out: &mut SearchOutput,
 ) {
     let Job {
         graph,
-        scorer,
-        query,
+        est,
         entries,
         settings: BeamSettings { ef, k, width },
     } = *job;
@@ -194,7 +232,7 @@ fn beam_search_impl<G: Neighbors + ?Sized>(
         }
     }
     scores.resize(ids.len(), 0.0);
-    scorer.score_ids(query, ids, scores);
+    est.score_ids(ids, scores);
     stats.distance_computations += ids.len() as u64;
     for (&id, &score) in ids.iter().zip(scores.iter()) {
         beam.insert(score, id);
@@ -213,7 +251,7 @@ fn beam_search_impl<G: Neighbors + ?Sized>(
             continue;
         }
         scores.resize(ids.len(), 0.0);
-        scorer.score_ids(query, ids, scores);
+        est.score_ids(ids, scores);
         stats.distance_computations += ids.len() as u64;
         for (&id, &score) in ids.iter().zip(scores.iter()) {
             beam.insert(score, id);

@@ -171,6 +171,7 @@ impl AnnIndex for HnswIndex {
         let mut stats = SearchStats {
             distance_computations: 1,
             hops: 0,
+            ..Default::default()
         };
         let mut cur = Scored {
             score: scorer.score(query, self.entry),

@@ -79,25 +79,25 @@ impl Persist for IvfIndex {
         self.list_keys()
     }
     fn add_sections<'a>(&'a self, w: &mut FileWriter<'a>) -> Result<()> {
+        w.section_cow(
+            SectionKind::IVF_LIST_KEYS,
+            super::key_bytes(self.list_keys()),
+        );
         for (kind, bytes) in [
-            (
-                SectionKind::IVF_LIST_KEYS,
-                super::key_bytes(self.list_keys()),
-            ),
             (
                 SectionKind::IVF_CENTROIDS,
                 super::key_bytes(self.centroids()),
             ),
             (
                 SectionKind::IVF_LIST_OFFSETS,
-                bytemuck::cast_slice(self.offsets()),
+                Cow::Borrowed(bytemuck::cast_slice(self.offsets())),
             ),
             (
                 SectionKind::IVF_LIST_IDS,
-                bytemuck::cast_slice(self.list_ids()),
+                Cow::Borrowed(bytemuck::cast_slice(self.list_ids())),
             ),
         ] {
-            w.section(kind, bytes);
+            w.section_cow(kind, bytes);
         }
         Ok(())
     }

@@ -81,7 +81,7 @@ impl BundleWriter {
     pub fn write_keys(&mut self, layer: usize, kv_head: usize, keys: &KeyStore) -> Result<KeyRef> {
         let file = format!("keys-L{layer:02}-kv{kv_head}.qki");
         let mut w = FileWriter::new(FileKind::Keys, Some(keys.dtype()), keys.len(), keys.dim())?;
-        w.section(SectionKind::KEYS, super::key_bytes(keys));
+        w.section_cow(SectionKind::KEYS, super::key_bytes(keys));
         w.section_owned(
             SectionKind::PARAMS,
             super::sections::json_bytes(&serde_json::json!({"layer": layer, "kv_head": kv_head}))?,

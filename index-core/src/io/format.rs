@@ -5,9 +5,9 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "QKINDEX\0"
-//!      8     4  format_version (1)
+//!      8     4  format_version (2; version 1 files, which cannot hold int8 keys, still load)
 //!     12     4  file kind (0 keys, 1 attention, 2 flat, 3 hnsw, 4 ivf, 5 vamana)
-//!     16     4  dtype of stored vectors (0 none, 1 f16, 2 f32)
+//!     16     4  dtype of stored vectors (0 none, 1 f16, 2 f32, 3 i8 from version 2)
 //!     20     4  d
 //!     24     8  n
 //!     32     4  section_count
@@ -26,7 +26,9 @@ use std::path::Path;
 /// The first 8 bytes of every qkindex file.
 pub const MAGIC: [u8; 8] = *b"QKINDEX\0";
 /// The format version this crate writes and the newest it reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+/// The first format version whose files may hold int8 keys (dtype code 3).
+pub const I8_SINCE_VERSION: u32 = 2;
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 64;
 /// Bytes of one section table entry.
@@ -92,6 +94,7 @@ pub fn dtype_code(dtype: Option<Dtype>) -> u32 {
         None => 0,
         Some(Dtype::F16) => 1,
         Some(Dtype::F32) => 2,
+        Some(Dtype::I8) => 3,
     }
 }
 
@@ -100,6 +103,7 @@ fn dtype_from_code(code: u32) -> Option<Option<Dtype>> {
         0 => Some(None),
         1 => Some(Some(Dtype::F16)),
         2 => Some(Some(Dtype::F32)),
+        3 => Some(Some(Dtype::I8)),
         _ => None,
     }
 }
@@ -110,7 +114,8 @@ fn dtype_from_code(code: u32) -> Option<Option<Dtype>> {
 pub struct SectionKind(pub u32);
 
 impl SectionKind {
-    /// `n × d` key rows in the header's dtype, row-major.
+    /// `n × d` key rows in the header's dtype, row-major; int8 (version 2): `n` f32 scales, then
+    /// the `n × d` i8 codes.
     pub const KEYS: Self = Self(1);
     /// JSON naming the key file of a bundle index: `{"file", "checksum", "n", "d", "dtype"}`.
     pub const KEYS_REF: Self = Self(2);
@@ -271,6 +276,11 @@ impl Header {
             .ok_or_else(|| bad(format!("unknown file kind {}", u32_at(b, 12))))?;
         let dtype = dtype_from_code(u32_at(b, 16))
             .ok_or_else(|| bad(format!("unknown dtype code {}", u32_at(b, 16))))?;
+        if dtype == Some(Dtype::I8) && version < I8_SINCE_VERSION {
+            return Err(bad(format!(
+                "dtype i8 in a version {version} file (int8 keys exist from version {I8_SINCE_VERSION})"
+            )));
+        }
         if u32_at(b, 36) != 0 {
             return Err(bad("reserved field is not zero".into()));
         }

@@ -17,6 +17,7 @@ use crate::ivf::IvfIndex;
 use crate::search::{AnnIndex, IndexKind};
 use crate::store::{Dtype, KeyStore, KeysRef};
 use crate::vamana::VamanaIndex;
+use std::borrow::Cow;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -64,7 +65,7 @@ pub trait Persist: AnnIndex {
         let mut w = header_writer(self.file_kind(), store)?;
         match keys {
             KeysPlacement::Inline => {
-                w.section(SectionKind::KEYS, key_bytes(store));
+                w.section_cow(SectionKind::KEYS, key_bytes(store));
             }
             KeysPlacement::Ref(r) => {
                 w.section_owned(SectionKind::KEYS_REF, json_bytes(r)?);
@@ -89,11 +90,19 @@ pub(super) fn add_own_sections<'a, P: Persist + ?Sized>(
     Ok(w)
 }
 
-/// The key rows as bytes (no copy).
-pub fn key_bytes(store: &KeyStore) -> &[u8] {
+/// The key rows as the bytes of a `keys` section: f16 and f32 rows as they are (no copy); int8
+/// keys as `n` f32 scales followed by the `n × d` codes (format version 2, copied into one
+/// buffer).
+pub fn key_bytes(store: &KeyStore) -> Cow<'_, [u8]> {
     match store.rows() {
-        KeysRef::F16(v) => bytemuck::cast_slice(v),
-        KeysRef::F32(v) => bytemuck::cast_slice(v),
+        KeysRef::F16(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+        KeysRef::F32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+        KeysRef::I8 { codes, scales } => {
+            let mut b = Vec::with_capacity(4 * scales.len() + codes.len());
+            b.extend_from_slice(bytemuck::cast_slice(scales));
+            b.extend_from_slice(bytemuck::cast_slice(codes));
+            Cow::Owned(b)
+        }
     }
 }
 

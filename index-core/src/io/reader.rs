@@ -160,6 +160,30 @@ impl RawFile {
             .ok_or_else(|| self.error(e.kind, "range or alignment out of bounds"))
     }
 
+    /// `count` values of `T` at byte `at` of section `e` (which must hold them), borrowed from
+    /// the mapping: one part of a section that packs two arrays.
+    pub fn array_at<T: Pod>(&self, e: &SectionEntry, at: u64, count: u64) -> Result<Buf<T>> {
+        let size = std::mem::size_of::<T>() as u64;
+        let end = count
+            .checked_mul(size)
+            .and_then(|b| b.checked_add(at))
+            .filter(|&end| end <= e.len)
+            .ok_or_else(|| {
+                self.error(
+                    e.kind,
+                    format!(
+                        "{count} values of {size} bytes at byte {at} do not fit in its {} bytes",
+                        e.len
+                    ),
+                )
+            })?;
+        let count = usize::try_from(count)
+            .map_err(|_| self.error(e.kind, "too large for this platform"))?;
+        debug_assert!(end <= e.len);
+        Buf::mapped(self.backing.clone(), (e.offset + at) as usize, count)
+            .ok_or_else(|| self.error(e.kind, "range or alignment out of bounds"))
+    }
+
     /// A JSON section parsed into `T`.
     pub fn json<T: serde::de::DeserializeOwned>(&self, kind: SectionKind) -> Result<T> {
         let e = self.required(kind)?;

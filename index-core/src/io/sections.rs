@@ -137,6 +137,25 @@ pub(super) fn stored_keys(raw: &RawFile, kind: SectionKind) -> Result<KeyStore> 
     match dtype {
         Dtype::F16 => KeyStore::from_buf_f16(raw.array::<f16>(kind, count)?, d),
         Dtype::F32 => KeyStore::from_buf_f32(raw.array::<f32>(kind, count)?, d),
+        Dtype::I8 => {
+            // `n` f32 scales, then `n × d` codes (their offset, 4n, keeps the scales aligned).
+            let e = raw.required(kind)?;
+            let want = count.checked_add(4 * h.n);
+            if want != Some(e.len) {
+                return Err(raw.error(
+                    kind,
+                    format!(
+                        "{} bytes, expected {} (n = {} scales of 4 bytes and n × d codes)",
+                        e.len,
+                        want.map_or("an overflow".into(), |w| w.to_string()),
+                        h.n
+                    ),
+                ));
+            }
+            let scales = raw.array_at::<f32>(e, 0, h.n)?;
+            let codes = raw.array_at::<i8>(e, 4 * h.n, count)?;
+            KeyStore::from_bufs_i8(codes, scales, d)
+        }
     }
     .map_err(|e| raw.error(kind, e.to_string()))
 }

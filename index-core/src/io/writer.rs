@@ -42,6 +42,12 @@ impl<'a> FileWriter<'a> {
         self
     }
 
+    /// Adds a section whose bytes are borrowed or owned ([`super::key_bytes`]).
+    pub fn section_cow(&mut self, kind: SectionKind, bytes: Cow<'a, [u8]>) -> &mut Self {
+        self.sections.push((kind, bytes));
+        self
+    }
+
     /// Adds a section that owns its bytes (JSON parameters, small arrays).
     pub fn section_owned(&mut self, kind: SectionKind, bytes: Vec<u8>) -> &mut Self {
         self.sections.push((kind, Cow::Owned(bytes)));

@@ -29,7 +29,7 @@ use crate::error::{at_least_one, Error, Result};
 use crate::io::Buf;
 use crate::scratch::Scratch;
 use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};
-use crate::store::{KeyStore, KeysRef};
+use crate::store::KeyStore;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -139,20 +139,8 @@ impl IvfIndex {
             ids[*slot as usize] = id as u32;
             *slot += 1;
         }
-        // The rows of `ids`, in that order.
-        fn gather<T: Copy>(rows: &[T], ids: &[u32], dim: usize) -> Vec<T> {
-            ids.iter()
-                .flat_map(|&id| {
-                    rows[id as usize * dim..(id as usize + 1) * dim]
-                        .iter()
-                        .copied()
-                })
-                .collect()
-        }
-        let lists = match keys.rows() {
-            KeysRef::F16(v) => KeyStore::from_f16(gather(v, &ids, dim), dim)?,
-            KeysRef::F32(v) => KeyStore::from_f32(gather(v, &ids, dim), dim)?,
-        };
+        // The rows of `ids`, in that order (int8 keeps its codes and scales).
+        let lists = keys.gather(&ids)?;
         let centroids = KeyStore::from_f32(trained.centroids, dim)?;
         let sizes = offsets.windows(2).map(|w| (w[1] - w[0]) as usize);
         let sum_sq: f64 = sizes.clone().map(|s| (s * s) as f64).sum();
@@ -423,6 +411,7 @@ impl AnnIndex for IvfIndex {
         out.stats = SearchStats {
             distance_computations: (nlist + scanned) as u64,
             hops: 0,
+            ..Default::default()
         };
         Ok(())
     }

@@ -4,14 +4,19 @@
 //! |---|---|
 //! | `scalar.rs` | portable reference kernels (the ground truth of the property tests) |
 //! | `x86.rs` | AVX2+FMA+F16C and AVX-512 kernels |
+//! | `int8.rs` | int8 key codes: f32 × int8 rows, integer code estimates ([`int8::I8Kernels`]) |
+//! | `x86_int8.rs` | their AVX2, AVX-512 and VNNI versions |
 //!
 //! The best kernel set is detected once per process ([`kernels`]) and kept as function pointers,
 //! so a binary built for baseline x86-64 still uses AVX-512 where the CPU has it (and never
 //! executes an instruction the CPU lacks).
 
+pub mod int8;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_int8;
 
 use half::f16;
 use std::sync::OnceLock;

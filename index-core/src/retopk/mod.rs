@@ -356,6 +356,7 @@ impl ReTopK {
             out.stats = SearchStats {
                 distance_computations: self.candidates.len() as u64,
                 hops: 0,
+                ..Default::default()
             };
             self.candidates.len()
         } else {

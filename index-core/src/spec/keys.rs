@@ -7,7 +7,7 @@
 //! attention graph trains on) have no key: the preset name says them.
 
 use super::IndexSpec;
-use crate::attention::{AttentionParams, EntryRule, Projection, Prune};
+use crate::attention::{AttentionParams, Codes, EntryRule, Projection, Prune};
 use crate::error::{Error, Result};
 use crate::hnsw::HnswParams;
 use crate::ivf::IvfParams;
@@ -41,6 +41,8 @@ const ATTENTION: &[Key] = &[
     key("queries-per-key", "queries_per_key"),
     key("prune-cands", "prune_candidates"),
     key("knn-probe", "knn_probe"),
+    key("codes", "codes"),
+    key("rerank", "rerank"),
 ];
 
 const HNSW: &[Key] = &[
@@ -216,6 +218,8 @@ fn get(spec: &IndexSpec, name: &str) -> Option<String> {
             "queries-per-key" => p.queries_per_key.to_string(),
             "prune-cands" => p.prune_candidates.to_string(),
             "knn-probe" => p.knn_probe.to_string(),
+            "codes" => p.codes.name().into(),
+            "rerank" => p.rerank.to_string(),
             _ => return None,
         },
         IndexSpec::Flat => return None,
@@ -289,6 +293,8 @@ fn set_attention(p: &mut AttentionParams, name: &'static str, value: &str) -> Re
             }
         },
         "prune" => p.prune = value.parse::<Prune>()?,
+        "codes" => p.codes = value.parse::<Codes>()?,
+        "rerank" => p.rerank = number(name, value)?,
         "entry" => {
             p.entry = match value {
                 "hub" => EntryRule::Hub,

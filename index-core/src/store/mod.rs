@@ -1,4 +1,10 @@
-//! Key storage: `n × dim` keys, row-major, in f16 or f32.
+//! Key storage: `n × dim` keys, row-major, in f16, f32 or int8.
+//!
+//! Int8 ([`Dtype::I8`], issue 26) stores each key as `dim` signed bytes and one f32 scale
+//! (`key ≈ scale · code`, `scale = max|key| / 127`, [`crate::metric::int8::quantize_row`]): a
+//! quarter of f32's bytes plus 4 per key, with every element off by at most half a step. Its
+//! scores are `scale · (q · code)` with the query in f32: searches of an int8 store rank by those
+//! scores, and they are what its results report.
 //!
 //! One [`KeyStore`] holds the keys of one KV head. The query heads of a GQA group share it
 //! through an `Arc<KeyStore>`: every index of those heads points at the same memory. Decode
@@ -9,6 +15,7 @@
 
 use crate::error::{check_finite, Error, Result};
 use crate::io::Buf;
+use crate::metric::int8::{i8_kernels, I8Kernels};
 use crate::metric::{kernels, Kernels};
 use half::f16;
 
@@ -18,6 +25,8 @@ use half::f16;
 pub enum Dtype {
     F16,
     F32,
+    /// Signed bytes with one f32 scale per key (serde and files: `i8`).
+    I8,
 }
 
 impl Dtype {
@@ -26,22 +35,33 @@ impl Dtype {
         match self {
             Dtype::F16 => 2,
             Dtype::F32 => 4,
+            Dtype::I8 => 1,
         }
     }
 
-    /// The name (`f16`, `f32`), as files, index specs and the command line spell it.
+    /// Bytes per key of `dim` elements (int8 adds its f32 scale).
+    pub fn row_bytes(self, dim: usize) -> usize {
+        match self {
+            Dtype::I8 => dim + 4,
+            _ => dim * self.size(),
+        }
+    }
+
+    /// The name (`f16`, `f32`, `i8`), as files, index specs and the command line spell it.
     pub fn name(self) -> &'static str {
         match self {
             Dtype::F16 => "f16",
             Dtype::F32 => "f32",
+            Dtype::I8 => "i8",
         }
     }
 
-    /// The name numpy gives the type (`float16`, `float32`).
+    /// The name numpy gives the type (`float16`, `float32`, `int8`).
     pub fn numpy_name(self) -> &'static str {
         match self {
             Dtype::F16 => "float16",
             Dtype::F32 => "float32",
+            Dtype::I8 => "int8",
         }
     }
 }
@@ -53,15 +73,15 @@ impl std::fmt::Display for Dtype {
     }
 }
 
-/// `f16` or `f32` (what [`Dtype`]'s `Display` prints).
+/// `f16`, `f32` or `i8` (what [`Dtype`]'s `Display` prints).
 impl std::str::FromStr for Dtype {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self> {
-        [Dtype::F16, Dtype::F32]
+        [Dtype::F16, Dtype::F32, Dtype::I8]
             .into_iter()
             .find(|d| d.name() == s)
-            .ok_or_else(|| Error::invalid_param("dtype", s, "expected f16 or f32"))
+            .ok_or_else(|| Error::invalid_param("dtype", s, "expected f16, f32 or i8"))
     }
 }
 
@@ -70,15 +90,21 @@ impl std::str::FromStr for Dtype {
 pub enum KeysRef<'a> {
     F16(&'a [f16]),
     F32(&'a [f32]),
+    /// `n × dim` codes and `n` scales: key `i` is `scales[i] · codes[i·dim..(i+1)·dim]`.
+    I8 {
+        codes: &'a [i8],
+        scales: &'a [f32],
+    },
 }
 
 #[derive(Clone, Debug)]
 enum KeyData {
     F16(Buf<f16>),
     F32(Buf<f32>),
+    I8 { codes: Buf<i8>, scales: Buf<f32> },
 }
 
-/// `n × dim` keys of one head, row-major, f16 or f32.
+/// `n × dim` keys of one head, row-major, f16, f32 or int8.
 #[derive(Clone, Debug)]
 pub struct KeyStore {
     dim: usize,
@@ -116,6 +142,53 @@ impl KeyStore {
         })
     }
 
+    /// Keys from a row-major f32 buffer of `n × dim` values, stored as `dtype` (int8: coded
+    /// per key, [`Dtype::I8`]).
+    ///
+    /// Errors: as [`KeyStore::from_f32`].
+    pub fn from_f32_as(data: Vec<f32>, dim: usize, dtype: Dtype) -> Result<Self> {
+        match dtype {
+            Dtype::F32 => Self::from_f32(data, dim),
+            Dtype::F16 => {
+                check_finite("keys", &data, dim)?;
+                Self::from_f16(data.iter().map(|&x| f16::from_f32(x)).collect(), dim)
+            }
+            Dtype::I8 => Self::quantize_i8(&data, dim),
+        }
+    }
+
+    /// Keys from a row-major f32 buffer of `n × dim` values, coded as int8 with one scale per
+    /// key ([`Dtype::I8`]).
+    ///
+    /// Errors: as [`KeyStore::from_f32`].
+    pub fn quantize_i8(data: &[f32], dim: usize) -> Result<Self> {
+        let len = check_shape("keys", data.len(), dim)?;
+        check_finite("keys", data, dim)?;
+        let mut codes = vec![0i8; data.len()];
+        let scales = data
+            .chunks_exact(dim)
+            .zip(codes.chunks_exact_mut(dim))
+            .map(|(row, c)| crate::metric::int8::quantize_row(row, c))
+            .collect();
+        Ok(KeyStore {
+            dim,
+            len,
+            data: KeyData::I8 {
+                codes: Buf::Owned(codes),
+                scales: Buf::Owned(scales),
+            },
+        })
+    }
+
+    /// An int8 store coding the keys of `self` (dequantized to f32 first; an int8 store is
+    /// copied).
+    pub fn to_i8(&self) -> Result<Self> {
+        match self.data {
+            KeyData::I8 { .. } => Ok(self.clone()),
+            _ => Self::quantize_i8(&self.to_f32(), self.dim),
+        }
+    }
+
     /// An empty store of the given element type, to be filled by [`KeyStore::push`].
     pub fn empty(dtype: Dtype, dim: usize) -> Result<Self> {
         if dim == 0 {
@@ -124,6 +197,10 @@ impl KeyStore {
         let data = match dtype {
             Dtype::F16 => KeyData::F16(Buf::default()),
             Dtype::F32 => KeyData::F32(Buf::default()),
+            Dtype::I8 => KeyData::I8 {
+                codes: Buf::default(),
+                scales: Buf::default(),
+            },
         };
         Ok(KeyStore { dim, len: 0, data })
     }
@@ -149,7 +226,26 @@ impl KeyStore {
         })
     }
 
-    /// Row of the first non-finite value, if any (a full scan; file verification uses it).
+    /// Int8 keys whose codes (`len × dim`) and scales (`len`) live in a file mapping; the loader
+    /// has checked sizes.
+    pub(crate) fn from_bufs_i8(codes: Buf<i8>, scales: Buf<f32>, dim: usize) -> Result<Self> {
+        let len = check_shape("keys", codes.as_slice().len(), dim)?;
+        if scales.as_slice().len() != len {
+            return Err(Error::DimensionMismatch {
+                what: "key scales (one per key)",
+                expected: len,
+                got: scales.as_slice().len(),
+            });
+        }
+        Ok(KeyStore {
+            dim,
+            len,
+            data: KeyData::I8 { codes, scales },
+        })
+    }
+
+    /// Row of the first non-finite value, if any (a full scan; file verification uses it; for
+    /// int8 keys, the first non-finite or negative scale).
     pub fn first_non_finite_row(&self) -> Option<usize> {
         // Branch-free OR over blocks (vectorizes), then the exact position in the bad block.
         const BLOCK: usize = 4096;
@@ -170,6 +266,9 @@ impl KeyStore {
                     .position(|c| c.iter().fold(false, |acc, x| acc | bad(x)))?;
                 block * BLOCK + v[block * BLOCK..].iter().position(bad)?
             }
+            KeysRef::I8 { scales, .. } => {
+                return scales.iter().position(|s| !(s.is_finite() && *s >= 0.0));
+            }
         };
         Some(i / self.dim)
     }
@@ -179,6 +278,7 @@ impl KeyStore {
         match &self.data {
             KeyData::F16(b) => b.is_mapped(),
             KeyData::F32(b) => b.is_mapped(),
+            KeyData::I8 { codes, .. } => codes.is_mapped(),
         }
     }
 
@@ -202,12 +302,13 @@ impl KeyStore {
         match self.data {
             KeyData::F16(_) => Dtype::F16,
             KeyData::F32(_) => Dtype::F32,
+            KeyData::I8 { .. } => Dtype::I8,
         }
     }
 
-    /// Bytes held by the key rows.
+    /// Bytes held by the key rows (int8: codes and scales).
     pub fn bytes(&self) -> usize {
-        self.len * self.dim * self.dtype().size()
+        self.len * self.dtype().row_bytes(self.dim)
     }
 
     /// Typed view of all rows.
@@ -215,6 +316,10 @@ impl KeyStore {
         match &self.data {
             KeyData::F16(v) => KeysRef::F16(v.as_slice()),
             KeyData::F32(v) => KeysRef::F32(v.as_slice()),
+            KeyData::I8 { codes, scales } => KeysRef::I8 {
+                codes: codes.as_slice(),
+                scales: scales.as_slice(),
+            },
         }
     }
 
@@ -236,6 +341,13 @@ impl KeyStore {
         match &mut self.data {
             KeyData::F16(v) => v.to_mut().extend(key.iter().map(|&x| f16::from_f32(x))),
             KeyData::F32(v) => v.to_mut().extend_from_slice(key),
+            KeyData::I8 { codes, scales } => {
+                let codes = codes.to_mut();
+                let at = codes.len();
+                codes.resize(at + self.dim, 0);
+                let scale = crate::metric::int8::quantize_row(key, &mut codes[at..]);
+                scales.to_mut().push(scale);
+            }
         }
         self.len += 1;
         Ok(id)
@@ -254,14 +366,48 @@ impl KeyStore {
                 }
             }
             KeysRef::F32(v) => out.copy_from_slice(&v[s..s + self.dim]),
+            KeysRef::I8 { codes, scales } => {
+                let scale = scales[id as usize];
+                for (o, &c) in out.iter_mut().zip(&codes[s..s + self.dim]) {
+                    *o = scale * f32::from(c);
+                }
+            }
         }
     }
 
-    /// All keys converted to f32, row-major.
+    /// All keys converted to f32, row-major (int8: `scale · code`).
     pub fn to_f32(&self) -> Vec<f32> {
         match self.rows() {
             KeysRef::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
             KeysRef::F32(v) => v.to_vec(),
+            KeysRef::I8 { codes, scales } => codes
+                .chunks_exact(self.dim)
+                .zip(scales)
+                .flat_map(|(row, &s)| row.iter().map(move |&c| s * f32::from(c)))
+                .collect(),
+        }
+    }
+
+    /// The rows `ids` in order, as a new store of the same element type (int8 keeps its codes
+    /// and scales exactly).
+    ///
+    /// # Panics
+    /// If an id is `>= len` (internal callers pass ids of this store).
+    pub fn gather(&self, ids: &[u32]) -> Result<Self> {
+        let d = self.dim;
+        let pick = |i: &u32| *i as usize * d..(*i as usize + 1) * d;
+        match self.rows() {
+            KeysRef::F16(v) => {
+                Self::from_f16(ids.iter().flat_map(|i| &v[pick(i)]).copied().collect(), d)
+            }
+            KeysRef::F32(v) => {
+                Self::from_f32(ids.iter().flat_map(|i| &v[pick(i)]).copied().collect(), d)
+            }
+            KeysRef::I8 { codes, scales } => Self::from_bufs_i8(
+                Buf::Owned(ids.iter().flat_map(|i| &codes[pick(i)]).copied().collect()),
+                Buf::Owned(ids.iter().map(|&i| scales[i as usize]).collect()),
+                d,
+            ),
         }
     }
 
@@ -271,6 +417,7 @@ impl KeyStore {
             keys: self.rows(),
             dim: self.dim,
             kernels: kernels(),
+            i8_kernels: i8_kernels(),
         }
     }
 }
@@ -281,6 +428,7 @@ pub struct Scorer<'a> {
     keys: KeysRef<'a>,
     dim: usize,
     kernels: &'a Kernels,
+    i8_kernels: &'a I8Kernels,
 }
 
 impl Scorer<'_> {
@@ -291,6 +439,9 @@ impl Scorer<'_> {
         match self.keys {
             KeysRef::F16(k) => (self.kernels.dot_f16)(q, &k[s..s + self.dim]),
             KeysRef::F32(k) => (self.kernels.dot_f32)(q, &k[s..s + self.dim]),
+            KeysRef::I8 { codes, scales } => {
+                scales[id as usize] * (self.i8_kernels.dot)(q, &codes[s..s + self.dim])
+            }
         }
     }
 
@@ -300,6 +451,9 @@ impl Scorer<'_> {
         match self.keys {
             KeysRef::F16(k) => (self.kernels.gather_f16)(q, k, self.dim, ids, out),
             KeysRef::F32(k) => (self.kernels.gather_f32)(q, k, self.dim, ids, out),
+            KeysRef::I8 { codes, scales } => {
+                (self.i8_kernels.gather)(q, codes, scales, self.dim, ids, out)
+            }
         }
     }
 
@@ -309,6 +463,9 @@ impl Scorer<'_> {
         match self.keys {
             KeysRef::F16(k) => (self.kernels.range_f16)(q, &k[start * d..end * d], d, out),
             KeysRef::F32(k) => (self.kernels.range_f32)(q, &k[start * d..end * d], d, out),
+            KeysRef::I8 { codes, scales } => {
+                (self.i8_kernels.range)(q, &codes[start * d..end * d], &scales[start..end], d, out)
+            }
         }
     }
 }

@@ -29,6 +29,15 @@ pub(super) fn pad_keys(keys: &KeyStore, dp: usize, row_multiple: usize) -> (Vec<
                 1.0
             }
         }
+        // Int8 keys are `scale · code` with |code| <= 127.
+        KeysRef::I8 { scales, .. } => {
+            let max = scales.iter().fold(0.0f32, |a, &s| a.max(s)) * 127.0;
+            if max > F16_SAFE {
+                F16_SAFE / max
+            } else {
+                1.0
+            }
+        }
     };
     out.par_chunks_mut(dp)
         .take(n)
@@ -42,6 +51,12 @@ pub(super) fn pad_keys(keys: &KeyStore, dp: usize, row_multiple: usize) -> (Vec<
             KeysRef::F32(x) => {
                 for (o, v) in row.iter_mut().zip(&x[i * d..(i + 1) * d]) {
                     *o = f16::from_f32(v * scale).to_bits();
+                }
+            }
+            KeysRef::I8 { codes, scales } => {
+                let s = scales[i] * scale;
+                for (o, &c) in row.iter_mut().zip(&codes[i * d..(i + 1) * d]) {
+                    *o = f16::from_f32(s * f32::from(c)).to_bits();
                 }
             }
         });

@@ -70,6 +70,7 @@ class AttentionIndex:
         causal: bool = False,
         prune: str = "occlusion-fill",
         device: str = "auto",
+        dtype: Optional[str] = None,
     ) -> "AttentionIndex": ...
     def search(
         self, queries: ArrayLike, k: int = 100, ef: Optional[int] = None, beam: Optional[int] = None
@@ -90,7 +91,7 @@ class FlatIndex:
     """Exact top-k by scanning every key."""
 
     @staticmethod
-    def build(keys: ArrayLike) -> "FlatIndex": ...
+    def build(keys: ArrayLike, *, dtype: Optional[str] = None) -> "FlatIndex": ...
     def search(self, queries: ArrayLike, k: int = 100) -> SearchResult: ...
     def __len__(self) -> int: ...
     @property

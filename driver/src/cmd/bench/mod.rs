@@ -12,7 +12,6 @@ use crate::report::{self, BenchReport, Row};
 use crate::training::DumpInput;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use half::f16;
 use qkindex::dump::Part;
 use qkindex::eval;
 use qkindex::{AnnIndex, FlatIndex, KeyStore, SearchOutput, SearchParams};
@@ -62,6 +61,10 @@ pub struct BenchArgs {
     /// Scanned budget of the per-layer and Q→K/K→K gap plots (fraction of keys).
     #[arg(long, default_value_t = 0.10)]
     pub budget: f64,
+    /// Element type of the stored keys every kind searches (f16, f32, or i8: int8 with one
+    /// scale per key); the exact top-k is always computed on the dump's f32 keys.
+    #[arg(long, default_value_t = qkindex::Dtype::F16)]
+    pub store: qkindex::Dtype,
     /// Output directory.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
@@ -127,17 +130,16 @@ pub fn run(args: BenchArgs, devices: &Devices) -> Result<()> {
         for &h in &heads {
             let kv = m.kv_head_of(h);
             let keys_f32 = k_all.head(kv);
-            let keys = Arc::new(KeyStore::from_f16(
-                keys_f32.iter().map(|&x| f16::from_f32(x)).collect(),
-                d,
-            )?);
+            let keys = Arc::new(KeyStore::from_f32_as(keys_f32.to_vec(), d, args.store)?);
             let n = keys.len();
             n_keys = Some(n);
             if k_max > n {
                 bail!("--k {k_max} is larger than the number of keys ({n})");
             }
             let train = args.input.training_queries(&q_all, h, kv, group);
-            let flat = FlatIndex::new(keys.clone());
+            // The truth of every store type: the dump's keys in f32 (so that f16 and int8 runs
+            // are scored against the same top-k).
+            let flat = FlatIndex::new(Arc::new(KeyStore::from_f32(keys_f32.to_vec(), d)?));
             let values = v_all.as_ref().map(|v| v.head(kv));
             let mut sets = Vec::new();
             for name in &args.queries {

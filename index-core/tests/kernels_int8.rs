@@ -1,0 +1,161 @@
+//! Every int8 kernel set the CPU supports agrees with the scalar reference: f32 × int8 rows
+//! within f32 rounding of the exact sum, and the integer code estimates bit for bit.
+
+use proptest::prelude::*;
+use qkindex::metric::int8::{quantize_row, I8Kernels, QuantQuery};
+use qkindex::metric::scalar::dot_f64;
+use qkindex::{Dtype, KeyStore};
+
+fn assert_close(got: f32, a: &[f32], b: &[i8], what: &str) {
+    let bf: Vec<f32> = b.iter().map(|&c| f32::from(c)).collect();
+    let want = dot_f64(a, &bf);
+    let mag: f64 = a
+        .iter()
+        .zip(&bf)
+        .map(|(&x, &y)| (x as f64 * y as f64).abs())
+        .sum();
+    let tol = 1e-4 * mag + 1e-6;
+    let err = (got as f64 - want).abs();
+    assert!(
+        err <= tol,
+        "{what}: got {got}, want {want}, |err| {err} > {tol} (dim {})",
+        a.len()
+    );
+}
+
+fn code() -> impl Strategy<Value = i8> {
+    -127i8..=127
+}
+
+/// A query, `n` int8 rows with scales, and row ids (repeats allowed).
+fn case() -> impl Strategy<Value = (Vec<f32>, Vec<i8>, Vec<f32>, usize, Vec<u32>)> {
+    (1usize..=300, 1usize..=10).prop_flat_map(|(d, n)| {
+        (
+            proptest::collection::vec(-50.0f32..50.0, d),
+            proptest::collection::vec(code(), d * n),
+            proptest::collection::vec(0.0f32..2.0, n),
+            Just(d),
+            proptest::collection::vec(0..n as u32, 0..=20),
+        )
+    })
+}
+
+#[test]
+fn scalar_set_is_last_and_this_cpu_lists_its_sets() {
+    let all = I8Kernels::available();
+    assert_eq!(all.last().map(|k| k.isa), Some("scalar"));
+    eprintln!(
+        "int8 kernel sets: {:?}",
+        all.iter().map(|k| k.isa).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn every_dim_from_1_to_300_matches_reference() {
+    let mut rng = qkindex::synth::Rng::new(5);
+    for d in 1..=300 {
+        let a: Vec<f32> = (0..d).map(|_| rng.normal() * 3.0).collect();
+        let b: Vec<i8> = (0..d)
+            .map(|_| (rng.normal() * 60.0).clamp(-127.0, 127.0) as i8)
+            .collect();
+        let qa: Vec<i8> = (0..d)
+            .map(|_| (rng.normal() * 60.0).clamp(-127.0, 127.0) as i8)
+            .collect();
+        let exact = qkindex::metric::int8::dot_q8(&qa, &b);
+        for k in I8Kernels::available() {
+            assert_close((k.dot)(&a, &b), &a, &b, &format!("{} dot d {d}", k.isa));
+            assert_eq!((k.dot_q8)(&qa, &b), exact, "{} dot_q8 d {d}", k.isa);
+        }
+    }
+}
+
+#[test]
+fn extreme_codes_do_not_overflow() {
+    for d in [64usize, 256, 1000] {
+        let a = vec![-127i8; d];
+        let b = vec![-127i8; d];
+        let c = vec![127i8; d];
+        for k in I8Kernels::available() {
+            assert_eq!((k.dot_q8)(&a, &b), 127 * 127 * d as i32, "{}", k.isa);
+            assert_eq!((k.dot_q8)(&a, &c), -127 * 127 * d as i32, "{}", k.isa);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn gather_and_range_match_reference((q, codes, scales, d, ids) in case()) {
+        let n = scales.len();
+        let mut qq = QuantQuery::default();
+        qq.set(&q);
+        for k in I8Kernels::available() {
+            let mut g = vec![f32::NAN; ids.len()];
+            (k.gather)(&q, &codes, &scales, d, &ids, &mut g);
+            let mut r = vec![f32::NAN; n];
+            (k.range)(&q, &codes, &scales, d, &mut r);
+            let mut e = vec![f32::NAN; ids.len()];
+            (k.gather_q8)(&qq, &codes, &scales, d, &ids, &mut e);
+            for (i, &id) in ids.iter().enumerate() {
+                let row = &codes[id as usize * d..(id as usize + 1) * d];
+                let s = scales[id as usize];
+                let dot = (k.dot)(&q, row);
+                prop_assert_eq!(g[i].to_bits(), (s * dot).to_bits());
+                prop_assert_eq!(r[id as usize].to_bits(), (s * dot).to_bits());
+                assert_close(dot, &q, row, &format!("{} gather #{i}", k.isa));
+                let want = qq.estimate(qkindex::metric::int8::dot_q8(&qq.codes, row), s);
+                prop_assert_eq!(e[i].to_bits(), want.to_bits(), "{} gather_q8 #{}", k.isa, i);
+            }
+        }
+    }
+
+    /// An int8 store scores `scale · (q · code)` through all three scorer entry points, and its
+    /// dequantized keys are within half a step of the input.
+    #[test]
+    fn i8_store_scorer_and_rows((q, _c, _s, d, ids) in case(), seed in 0u64..1000) {
+        let n = 1 + ids.iter().copied().max().unwrap_or(0) as usize;
+        let mut rng = qkindex::synth::Rng::new(seed);
+        let keys: Vec<f32> = (0..n * d).map(|_| rng.normal() * 4.0).collect();
+        let store = KeyStore::from_f32_as(keys.clone(), d, Dtype::I8).expect("store");
+        prop_assert_eq!(store.dtype(), Dtype::I8);
+        prop_assert_eq!(store.bytes(), n * (d + 4));
+        let deq = store.to_f32();
+        for (row, back) in keys.chunks_exact(d).zip(deq.chunks_exact(d)) {
+            let mut codes = vec![0i8; d];
+            let scale = quantize_row(row, &mut codes);
+            for (&x, &y) in row.iter().zip(back) {
+                prop_assert!((x - y).abs() <= scale / 2.0 + 1e-6);
+            }
+        }
+        let scorer = store.scorer();
+        let mut by_ids = vec![f32::NAN; ids.len()];
+        scorer.score_ids(&q, &ids, &mut by_ids);
+        let mut by_range = vec![f32::NAN; n];
+        scorer.score_range(&q, 0, &mut by_range);
+        for (i, &id) in ids.iter().enumerate() {
+            prop_assert_eq!(by_ids[i].to_bits(), scorer.score(&q, id).to_bits());
+            prop_assert_eq!(by_ids[i].to_bits(), by_range[id as usize].to_bits());
+            let want: f64 = dot_f64(&q, &deq[id as usize * d..(id as usize + 1) * d]);
+            prop_assert!((by_ids[i] as f64 - want).abs() <= 1e-3 * want.abs().max(1.0));
+        }
+    }
+}
+
+#[test]
+fn push_codes_each_key_and_gather_keeps_codes() {
+    let mut s = KeyStore::empty(Dtype::I8, 3).expect("store");
+    assert_eq!(s.push(&[1.27, -0.5, 0.0]).expect("push"), 0);
+    assert_eq!(s.push(&[0.0, 0.0, 0.0]).expect("push"), 1);
+    assert!(s.push(&[f32::NAN, 0.0, 0.0]).is_err());
+    let mut row = [0.0; 3];
+    s.row_into(0, &mut row);
+    assert!((row[0] - 1.27).abs() < 1e-6 && (row[1] + 0.5).abs() < 0.006 && row[2] == 0.0);
+    s.row_into(1, &mut row);
+    assert_eq!(row, [0.0; 3]);
+    let g = s.gather(&[1, 0]).expect("gather");
+    assert_eq!(g.dtype(), Dtype::I8);
+    assert_eq!(g.to_f32()[3..], s.to_f32()[..3]);
+    assert_eq!("i8".parse::<Dtype>().expect("parses"), Dtype::I8);
+    assert_eq!(Dtype::I8.numpy_name(), "int8");
+}
