@@ -35,7 +35,7 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER=qemu-aarch64
 xcargo() {
     CARGO_TARGET_DIR="$ARM_TARGET_DIR" RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc \
-        /usr/bin/cargo "$@" --target $TARGET
+        /usr/bin/cargo "$1" --target $TARGET "${@:2}"
 }
 
 echo "== cross build: index-core's tests and the recall_ids example for $TARGET"

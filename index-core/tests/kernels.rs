@@ -284,13 +284,29 @@ fn avx512_and_neon_sum_in_one_order() {
         ];
         for k in &same_order {
             let what = format!("{} d {d}", k.isa);
-            assert_eq!((k.dot_f32)(&q, &keys[..d]).to_bits(), want32[0], "dot_f32 {what}");
-            assert_eq!((k.dot_f16)(&q, &kh[..d]).to_bits(), want16[0], "dot_f16 {what}");
+            assert_eq!(
+                (k.dot_f32)(&q, &keys[..d]).to_bits(),
+                want32[0],
+                "dot_f32 {what}"
+            );
+            assert_eq!(
+                (k.dot_f16)(&q, &kh[..d]).to_bits(),
+                want16[0],
+                "dot_f16 {what}"
+            );
             let (mut g32, mut g16) = ([0.0f32; 2], [0.0f32; 2]);
             (k.gather_f32)(&q, &keys, d, &[1, 0], &mut g32);
             (k.gather_f16)(&q, &kh, d, &[1, 0], &mut g16);
-            assert_eq!([g32[1].to_bits(), g32[0].to_bits()], want32, "gather_f32 {what}");
-            assert_eq!([g16[1].to_bits(), g16[0].to_bits()], want16, "gather_f16 {what}");
+            assert_eq!(
+                [g32[1].to_bits(), g32[0].to_bits()],
+                want32,
+                "gather_f32 {what}"
+            );
+            assert_eq!(
+                [g16[1].to_bits(), g16[0].to_bits()],
+                want16,
+                "gather_f16 {what}"
+            );
             let (mut r32, mut r16) = ([0.0f32; 2], [0.0f32; 2]);
             (k.range_f32)(&q, &keys, d, &mut r32);
             (k.range_f16)(&q, &kh, d, &mut r16);
