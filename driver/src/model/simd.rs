@@ -1,24 +1,20 @@
-//! Hot f32 loops written so that LLVM vectorizes them, each compiled twice: portable (SSE2 on
-//! x86-64) and with AVX2+FMA enabled, chosen at run time by CPU feature detection (done once).
-//! No intrinsics: the same source gives the same results on both paths (no FMA contraction), so
-//! the choice never changes outputs. See STYLE.md §4 (`target_feature`, detect once).
-
-use std::sync::OnceLock;
+//! Hot f32 loops written so that LLVM vectorizes them, each compiled twice on x86-64: portable
+//! (SSE2) and with AVX2+FMA enabled, chosen at run time by CPU feature detection (done once).
+//! On aarch64 there is one build, and it is the NEON one: Advanced SIMD is part of the aarch64
+//! baseline (the `aarch64-unknown-linux-gnu` target enables it), so the portable code already
+//! vectorizes to 4-lane NEON and no wider instruction set exists to select at run time (SVE is
+//! not in Rust's stable intrinsics and LLVM does not auto-vectorize these loops for it without a
+//! `target-cpu`). No intrinsics: the same source gives the same results on every path (no FMA
+//! contraction), so the choice never changes outputs. See STYLE.md §4 (`target_feature`, detect
+//! once).
 
 use super::ops::exp_f32;
 
+#[cfg(target_arch = "x86_64")]
 fn has_avx2_fma() -> bool {
+    use std::sync::OnceLock;
     static DETECTED: OnceLock<bool> = OnceLock::new();
-    *DETECTED.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    })
+    *DETECTED.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
 }
 
 /// Defines `pub fn $name` that runs `$body` compiled with AVX2+FMA when available.

@@ -6,11 +6,18 @@
 //! | `x86.rs` | AVX2+FMA+F16C and AVX-512 kernels |
 //! | `int8.rs` | int8 key codes: f32 × int8 rows, integer code estimates ([`int8::I8Kernels`]) |
 //! | `x86_int8.rs` | their AVX2, AVX-512 and VNNI versions |
+//! | `neon.rs` | aarch64 Advanced SIMD (NEON) kernels, summing in the AVX-512 order |
+//! | `loops.rs` | what the ISA files share: the kernel-set macro, gather and range loops, prefetch |
 //!
 //! The best kernel set is detected once per process ([`kernels`]) and kept as function pointers,
 //! so a binary built for baseline x86-64 still uses AVX-512 where the CPU has it (and never
-//! executes an instruction the CPU lacks).
+//! executes an instruction the CPU lacks). On aarch64 the NEON set is chosen the same way.
 
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[macro_use]
+mod loops;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 pub mod int8;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
@@ -39,7 +46,7 @@ pub type RangeF16 = fn(&[f32], &[f16], usize, &mut [f32]);
 /// One consistent set of kernels for the running CPU.
 #[derive(Clone, Copy, Debug)]
 pub struct Kernels {
-    /// Which instruction set the kernels use (`"avx512"`, `"avx2"` or `"scalar"`).
+    /// Which instruction set the kernels use (`"avx512"`, `"avx2"`, `"neon"` or `"scalar"`).
     pub isa: &'static str,
     pub dot_f32: DotF32,
     pub dot_f16: DotF16,
@@ -69,6 +76,8 @@ impl Kernels {
         let mut all = Vec::new();
         #[cfg(target_arch = "x86_64")]
         all.extend(x86::available());
+        #[cfg(target_arch = "aarch64")]
+        all.extend(neon::available());
         all.push(Kernels::scalar());
         all
     }
@@ -96,8 +105,8 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// the neighbour list they will most likely read next, so that its miss overlaps current work.
 #[inline(always)]
 pub fn prefetch<T>(values: &[T]) {
-    #[cfg(target_arch = "x86_64")]
-    x86::prefetch_slice(values);
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    loops::prefetch_slice(values);
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = values;
 }

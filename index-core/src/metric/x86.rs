@@ -2,11 +2,12 @@
 //!
 //! Each instruction set's inner products are `#[target_feature]` functions, written once by
 //! `dot_kernel!` (and, for the four-row range blocks of AVX-512, `dot4_kernel!`);
-//! `kernel_set!` builds a [`Kernels`] from them, with the gather and range loops compiled for
+//! `kernel_set!` (in `loops.rs`) builds a [`Kernels`] from them, with the gather and range loops compiled for
 //! the same features. Those sets are only handed out by [`available`] after
 //! `is_x86_feature_detected!` confirmed the features, so they never run on a CPU that lacks them.
 //! Loads are unaligned and stay inside the slices (tails go scalar or masked).
 
+use super::loops::{gather_rows, range_rows};
 use super::Kernels;
 use half::f16;
 use std::arch::x86_64::*;
@@ -122,78 +123,6 @@ macro_rules! dot4_kernel {
                 out,
             );
         }
-    };
-}
-
-/// Defines `unsafe fn $set() -> Kernels`, one instruction set's kernels: its dot kernels, and
-/// gather and range loops compiled for `$features` around them (`range: single` scores one row at
-/// a time, `range: blocks($four)` four rows per step through `$four`, see [`range_blocks`]).
-/// The defined function is unsafe: the function pointers it returns may only be called on a CPU
-/// with `$features`.
-macro_rules! kernel_set {
-    (
-        $(#[$doc:meta])*
-        $set:ident, $isa:literal, $features:literal,
-        f32: ($dot_f32:ident, range: $range_f32:ident $(($four_f32:ident))?),
-        f16: ($dot_f16:ident, range: $range_f16:ident $(($four_f16:ident))?) $(,)?
-    ) => {
-        $(#[$doc])*
-        unsafe fn $set() -> Kernels {
-            scan_loops!($features, f32, $dot_f32, gather_f32, range_f32, $range_f32 $(($four_f32))?);
-            scan_loops!($features, f16, $dot_f16, gather_f16, range_f16, $range_f16 $(($four_f16))?);
-            Kernels {
-                isa: $isa,
-                // SAFETY: the caller of this function vouches for the features.
-                dot_f32: |a, b| unsafe { $dot_f32(a, b) },
-                // SAFETY: the caller of this function vouches for the features.
-                dot_f16: |a, b| unsafe { $dot_f16(a, b) },
-                // SAFETY: the caller of this function vouches for the features.
-                gather_f32: |q, keys, dim, ids, out| unsafe { gather_f32(q, keys, dim, ids, out) },
-                // SAFETY: the caller of this function vouches for the features.
-                gather_f16: |q, keys, dim, ids, out| unsafe { gather_f16(q, keys, dim, ids, out) },
-                // SAFETY: the caller of this function vouches for the features.
-                range_f32: |q, rows, dim, out| unsafe { range_f32(q, rows, dim, out) },
-                // SAFETY: the caller of this function vouches for the features.
-                range_f16: |q, rows, dim, out| unsafe { range_f16(q, rows, dim, out) },
-            }
-        }
-    };
-}
-
-/// The gather and range loops of one key type `$t` over the dot kernel `$dot`, compiled for
-/// `$features` so that the kernel inlines into them.
-macro_rules! scan_loops {
-    ($features:literal, $t:ty, $dot:ident, $gather:ident, $range:ident, $how:ident $(($four:ident))?) => {
-        #[target_feature(enable = $features)]
-        fn $gather(q: &[f32], keys: &[$t], dim: usize, ids: &[u32], out: &mut [f32]) {
-            // SAFETY: same target features as this function.
-            gather_rows(keys, dim, ids, out, |row| unsafe { $dot(q, row) })
-        }
-        #[target_feature(enable = $features)]
-        fn $range(q: &[f32], rows: &[$t], dim: usize, out: &mut [f32]) {
-            range_loop!($how $(($four))?, q, rows, dim, out, $dot)
-        }
-    };
-}
-
-/// The body of a range kernel: `single` (one row at a time) or `blocks(four)`.
-macro_rules! range_loop {
-    (single, $q:ident, $rows:ident, $dim:ident, $out:ident, $dot:ident) => {
-        // SAFETY: same target features as this function.
-        range_rows($rows, $dim, $out, |row| unsafe { $dot($q, row) })
-    };
-    (blocks($four:ident), $q:ident, $rows:ident, $dim:ident, $out:ident, $dot:ident) => {
-        range_blocks(
-            $q,
-            $rows,
-            $dim,
-            $out,
-            // SAFETY: same target features; `range_blocks` passes 4 rows of a `dim` that is a
-            // multiple of 16.
-            |block, o| unsafe { $four($q, block, $dim, o) },
-            // SAFETY: same target features as this function.
-            |row| unsafe { $dot($q, row) },
-        )
     };
 }
 
@@ -317,34 +246,7 @@ fn hsum512x4(v0: __m512, v1: __m512, v2: __m512, v3: __m512, out: &mut [f32]) {
     out[..4].copy_from_slice(&four);
 }
 
-// ---------------------------------------------------------------- loops shared by both sets
-
-/// The gather loop (inlined into each set's `#[target_feature]` kernel): requests every row
-/// first so that their cache misses overlap, then scores each row `ids[i]` with `dot`.
-#[inline(always)]
-fn gather_rows<T>(keys: &[T], dim: usize, ids: &[u32], out: &mut [f32], dot: impl Fn(&[T]) -> f32) {
-    let size = std::mem::size_of::<T>();
-    for &id in ids {
-        prefetch_row(
-            keys.as_ptr().cast(),
-            id as usize * dim * size,
-            dim * size,
-            std::mem::size_of_val(keys),
-        );
-    }
-    for (o, &id) in out.iter_mut().zip(ids) {
-        let start = id as usize * dim;
-        *o = dot(&keys[start..start + dim]);
-    }
-}
-
-/// The plain range loop: `out[i] = dot(rows[i])`, one row at a time.
-#[inline(always)]
-fn range_rows<T>(rows: &[T], dim: usize, out: &mut [f32], dot: impl Fn(&[T]) -> f32) {
-    for (o, row) in out.iter_mut().zip(rows.chunks_exact(dim)) {
-        *o = dot(row);
-    }
-}
+// ---------------------------------------------------------------- the AVX-512 range loop
 
 /// The loop of the AVX-512 range scans: four rows per step through `four` when `dim` is a
 /// multiple of 16 (one query load and one horizontal reduction serve four rows), the rows left
@@ -371,26 +273,4 @@ fn range_blocks<T>(
         four(block, o);
     }
     range_rows(&rows[blocked * dim..], dim, &mut out[blocked..n], one);
-}
-
-/// Prefetches the cache lines of one key row (`row_bytes` long at byte `offset` of a buffer of
-/// `total_bytes`) into L1; does nothing when the row lies outside the buffer.
-#[inline(always)]
-fn prefetch_row(base: *const i8, offset: usize, row_bytes: usize, total_bytes: usize) {
-    if offset + row_bytes > total_bytes {
-        return;
-    }
-    let mut line = 0;
-    while line < row_bytes {
-        // SAFETY: prefetch never faults, and the address lies inside the buffer (checked above).
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(base.add(offset + line)) };
-        line += 64;
-    }
-}
-
-/// Prefetches every cache line of `values` into L1.
-#[inline(always)]
-pub(super) fn prefetch_slice<T>(values: &[T]) {
-    let bytes = std::mem::size_of_val(values);
-    prefetch_row(values.as_ptr().cast(), 0, bytes, bytes);
 }
