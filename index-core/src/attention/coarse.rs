@@ -168,6 +168,8 @@ impl Partition {
         let lists = match keys.rows() {
             KeysRef::F16(v) => KeyStore::from_f16(gather(v, &ids, d), d)?,
             KeysRef::F32(v) => KeyStore::from_f32(gather(v, &ids, d), d)?,
+            // The coarse lists only rank candidates: the codes of the gathered rows, re-derived.
+            KeysRef::I8 { .. } => KeyStore::quantize_i8(&gather(&keys32, &ids, d), d)?,
         };
         Ok(Partition {
             centroids,

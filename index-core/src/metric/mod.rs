@@ -16,9 +16,9 @@
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[macro_use]
 mod loops;
+pub mod int8;
 #[cfg(target_arch = "aarch64")]
 mod neon;
-pub mod int8;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
