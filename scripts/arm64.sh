@@ -64,7 +64,15 @@ CARGO_TARGET_DIR="$HOST_TARGET_DIR" cargo build -q --workspace --examples
 qemu-aarch64 "$ARM_TARGET_DIR/$TARGET/debug/examples/recall_ids" $dump 9 0 "$specs" \
     > "$ARM_TARGET_DIR/ids-aarch64.txt"
 paste -d '\n' "$ARM_TARGET_DIR/ids-x86.txt" "$ARM_TARGET_DIR/ids-aarch64.txt"
-# The first line names the kernel set (avx512 / avx2 / neon); every line after it must match.
-diff <(tail -n +2 "$ARM_TARGET_DIR/ids-x86.txt") <(tail -n +2 "$ARM_TARGET_DIR/ids-aarch64.txt")
+# The first line names the kernel set (avx512 / avx2 / neon). NEON sums in the AVX-512 order, so
+# against AVX-512 every line after it must match to the bit (ids and scores); against another x86
+# set the reduction order differs, and only the recall must match.
+if head -n 1 "$ARM_TARGET_DIR/ids-x86.txt" | grep -q "kernels avx512"; then
+    diff <(tail -n +2 "$ARM_TARGET_DIR/ids-x86.txt") <(tail -n +2 "$ARM_TARGET_DIR/ids-aarch64.txt")
+else
+    echo "x86 kernels are not AVX-512: comparing recall only"
+    diff <(tail -n +2 "$ARM_TARGET_DIR/ids-x86.txt" | cut -d, -f1) \
+        <(tail -n +2 "$ARM_TARGET_DIR/ids-aarch64.txt" | cut -d, -f1)
+fi
 echo "ids check: $(( $(date +%s) - start )) s"
 echo "scripts/arm64.sh: aarch64 build and emulated tests passed"
