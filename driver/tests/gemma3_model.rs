@@ -8,7 +8,7 @@
 //! Without the model (`bash scripts/get-model.sh --model gemma3-270m`) the test prints `SKIP`
 //! and passes, except under CI (`CI` set), where its absence fails.
 
-use std::path::Path;
+mod common;
 
 use qkindex_driver::decode::log_softmax;
 use qkindex_driver::devices::Devices;
@@ -20,20 +20,10 @@ const PPL_512: f64 = 9.1491;
 
 #[test]
 fn gemma3_continues_scores_and_decodes_like_the_reference() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let path = root.join("models/gemma-3-270m-q4_k_m.gguf");
-    if !path.is_file() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{} is missing under CI (run scripts/get-model.sh --model gemma3-270m)",
-            path.display()
-        );
-        println!(
-            "SKIP: {} not found (scripts/get-model.sh --model gemma3-270m)",
-            path.display()
-        );
+    let root = common::root();
+    let Some(path) = common::gemma3_model() else {
         return;
-    }
+    };
     let m = Model::load(&path, None, &Devices::cpu()).expect("model");
     let (l, tok) = (&m.llama, &m.tokenizer);
     assert_eq!(l.cfg.global_layers(), [5, 11, 17]);

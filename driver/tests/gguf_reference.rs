@@ -5,11 +5,11 @@
 //! Without the model (`bash scripts/get-model.sh --model gemma3-270m`) the test prints `SKIP`
 //! and passes, except under CI (`CI` set), where the model is fetched first and its absence fails.
 
+mod common;
+
 use std::path::Path;
 
 use qkindex_driver::model::gguf::GgufFile;
-
-const MODEL: &str = "gemma-3-270m-q4_k_m.gguf";
 
 #[derive(serde::Deserialize)]
 struct Fixture {
@@ -31,20 +31,9 @@ struct Reference {
 
 #[test]
 fn dequantized_tensors_equal_the_gguf_package() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let model = root.join("models").join(MODEL);
-    if !model.is_file() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{} is missing under CI (run scripts/get-model.sh --model gemma3-270m)",
-            model.display()
-        );
-        println!(
-            "SKIP: {} not found (scripts/get-model.sh --model gemma3-270m)",
-            model.display()
-        );
+    let Some(model) = common::gemma3_model() else {
         return;
-    }
+    };
     let text = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gemma3-dequant.json"),
     )

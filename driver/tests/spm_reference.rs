@@ -6,7 +6,7 @@
 //! Without the model (`bash scripts/get-model.sh --model gemma3-270m`) the test prints `SKIP`
 //! and passes, except under CI (`CI` set), where its absence fails.
 
-use std::path::Path;
+mod common;
 
 use qkindex_driver::model::gguf::GgufFile;
 use qkindex_driver::model::ModelTokenizer;
@@ -25,20 +25,10 @@ struct Text {
 
 #[test]
 fn gemma3_ids_equal_sentencepiece() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let model = root.join("models/gemma-3-270m-q4_k_m.gguf");
-    if !model.is_file() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{} is missing under CI (run scripts/get-model.sh --model gemma3-270m)",
-            model.display()
-        );
-        println!(
-            "SKIP: {} not found (scripts/get-model.sh --model gemma3-270m)",
-            model.display()
-        );
+    let root = common::root();
+    let Some(model) = common::gemma3_model() else {
         return;
-    }
+    };
     let fixture: Fixture = serde_json::from_str(
         &std::fs::read_to_string(root.join("driver/tests/fixtures/gemma3-spm.json"))
             .expect("fixture"),
