@@ -12,10 +12,12 @@ use crate::report::{self, BenchReport, Row};
 use crate::training::DumpInput;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use kinds::Built;
 use qkindex::dump::Part;
 use qkindex::eval;
 use qkindex::{AnnIndex, FlatIndex, KeyStore, SearchOutput, SearchParams};
 use qkindex_driver::devices::Devices;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -113,7 +115,12 @@ pub fn run(args: BenchArgs, devices: &Devices) -> Result<()> {
     let started = Instant::now();
     let mut n_keys = None;
 
+    // Pooled training queries are the whole GQA group's, so every query head of a group gets
+    // the same index: build it once per (layer, KV head, spec) and search it with each head's
+    // queries (its rows carry the one build's times).
+    let pooled = !args.input.no_pool && group > 1;
     for &layer in &layers {
+        let mut built_for: HashMap<(usize, usize), Built> = HashMap::new();
         let q_all = dump.read(layer, Part::Q)?;
         let k_all = dump.read(layer, Part::K)?;
         let qdec = dump.read(layer, Part::QDec)?;
@@ -165,27 +172,17 @@ pub fn run(args: BenchArgs, devices: &Devices) -> Result<()> {
                 layer,
                 head: h,
             };
-            for spec in &kinds {
-                let entry = args
-                    .cache
-                    .as_deref()
-                    .map(|dir| cache::Entry::new(dir, &args, spec, layer, h, n));
-                let built = match entry.as_ref().and_then(cache::Entry::load) {
-                    Some(built) => {
-                        eprintln!("layer {layer} head {h} {spec}: loaded from the build cache");
-                        built
-                    }
-                    None => {
-                        let built = kinds::build(spec, &input, devices.knn())?;
-                        match &entry {
-                            Some(entry) => {
-                                entry.store(&built)?;
-                                entry.load().unwrap_or(built)
-                            }
-                            None => built,
-                        }
-                    }
-                };
+            for (s, spec) in kinds.iter().enumerate() {
+                let slot = (if pooled { kv } else { h }, s);
+                if built_for.contains_key(&slot) {
+                    eprintln!(
+                        "layer {layer} head {h} {spec}: the index of KV head {kv} (pooled queries), built once for its group"
+                    );
+                } else {
+                    let b = build_or_load(&args, spec, &input, n, devices)?;
+                    built_for.insert(slot, b);
+                }
+                let built = &built_for[&slot];
                 let bytes_per_key = built.index.memory_bytes() as f64 / n as f64;
                 for (&k, set) in args.k.iter().flat_map(|k| sets.iter().map(move |s| (k, s))) {
                     for params in &built.sweep.params(&args, k) {
@@ -203,6 +200,9 @@ pub fn run(args: BenchArgs, devices: &Devices) -> Result<()> {
                         );
                         rows.push(row);
                     }
+                }
+                if !pooled {
+                    built_for.remove(&slot);
                 }
             }
         }
@@ -228,6 +228,34 @@ pub fn run(args: BenchArgs, devices: &Devices) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The index `spec` over one head's keys: from the `--cache` entry when one loads, else built
+/// (and stored there, then measured as reloaded).
+fn build_or_load(
+    args: &BenchArgs,
+    spec: &qkindex::IndexSpec,
+    input: &kinds::HeadInput<'_>,
+    n: usize,
+    devices: &Devices,
+) -> Result<Built> {
+    let (layer, h) = (input.layer, input.head);
+    let entry = args
+        .cache
+        .as_deref()
+        .map(|dir| cache::Entry::new(dir, args, spec, layer, h, n));
+    if let Some(built) = entry.as_ref().and_then(cache::Entry::load) {
+        eprintln!("layer {layer} head {h} {spec}: loaded from the build cache");
+        return Ok(built);
+    }
+    let built = kinds::build(spec, input, devices.knn())?;
+    Ok(match &entry {
+        Some(entry) => {
+            entry.store(&built)?;
+            entry.load().unwrap_or(built)
+        }
+        None => built,
+    })
 }
 
 fn exact_set(
