@@ -120,9 +120,7 @@ pub fn evaluate(
     devices: &Devices,
 ) -> anyhow::Result<Vec<EvalResult>> {
     let kinds = policies.kinds();
-    let needs_q = kinds
-        .iter()
-        .any(|k| !matches!(k, PolicyKind::Full | PolicyKind::Static));
+    let needs_q = kinds.iter().any(|k| k.needs_prefill_queries());
     let cont = tokens.len() - ctx;
     eprintln!("prefill of {} tokens...", ctx - 1);
     let pre = prefill(&m.llama, &tokens[..ctx - 1], ctx - 1, needs_q)?;

@@ -33,6 +33,13 @@ impl PolicyKind {
         }
     }
 
+    /// True for the policies whose selectors build from the prefill's queries (the prefill
+    /// must capture them): the indexes trained on them and ReTopK (primed with them).
+    /// `exact-topk` reads keys only.
+    pub fn needs_prefill_queries(self) -> bool {
+        matches!(self, PolicyKind::IndexTopk | PolicyKind::Retopk)
+    }
+
     /// True for the policies that select keys from the rest.
     pub fn retrieves(self) -> bool {
         !matches!(self, PolicyKind::Full | PolicyKind::Static)
