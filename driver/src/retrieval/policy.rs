@@ -20,6 +20,9 @@ pub enum PolicyKind {
     /// Static + the ReTopK selector over the rest (reuse the sets of similar past queries; the
     /// exact path is a scan, or `--retopk-exact index` the index of `--index`).
     Retopk,
+    /// Static + Quest (Tang et al. 2024): pages of 16 rest keys ranked by an upper bound on
+    /// q·k from each page's element-wise min and max; the keys of the top ⌊k/16⌋ pages.
+    Quest,
 }
 
 impl PolicyKind {
@@ -30,12 +33,13 @@ impl PolicyKind {
             PolicyKind::ExactTopk => "exact-topk",
             PolicyKind::IndexTopk => "index-topk",
             PolicyKind::Retopk => "retopk",
+            PolicyKind::Quest => "quest",
         }
     }
 
     /// True for the policies whose selectors build from the prefill's queries (the prefill
     /// must capture them): the indexes trained on them and ReTopK (primed with them).
-    /// `exact-topk` reads keys only.
+    /// `exact-topk` and `quest` read keys only.
     pub fn needs_prefill_queries(self) -> bool {
         matches!(self, PolicyKind::IndexTopk | PolicyKind::Retopk)
     }
