@@ -23,6 +23,10 @@ pub enum PolicyKind {
     /// Static + Quest (Tang et al. 2024): pages of 16 rest keys ranked by an upper bound on
     /// q·k from each page's element-wise min and max; the keys of the top ⌊k/16⌋ pages.
     Quest,
+    /// Static + InfLLM (Xiao et al. 2024): blocks of 128 rest keys, each represented by its 4
+    /// keys most attended by the following queries; the keys of the top round(k/128) blocks
+    /// (keys not yet in a full block are attended too).
+    Infllm,
 }
 
 impl PolicyKind {
@@ -34,14 +38,18 @@ impl PolicyKind {
             PolicyKind::IndexTopk => "index-topk",
             PolicyKind::Retopk => "retopk",
             PolicyKind::Quest => "quest",
+            PolicyKind::Infllm => "infllm",
         }
     }
 
     /// True for the policies whose selectors build from the prefill's queries (the prefill
-    /// must capture them): the indexes trained on them and ReTopK (primed with them).
-    /// `exact-topk` and `quest` read keys only.
+    /// must capture them): the indexes trained on them, ReTopK (primed with them) and InfLLM
+    /// (representative scores). `exact-topk` and `quest` read keys only.
     pub fn needs_prefill_queries(self) -> bool {
-        matches!(self, PolicyKind::IndexTopk | PolicyKind::Retopk)
+        matches!(
+            self,
+            PolicyKind::IndexTopk | PolicyKind::Retopk | PolicyKind::Infllm
+        )
     }
 
     /// True for the policies that select keys from the rest.

@@ -9,6 +9,7 @@
 //! | `index.rs` | `index-topk`: the top-k a [`RestIndex`] returns (any kind), seeded by the previous step's keys on request |
 //! | `retopk.rs` | `retopk`: ReTopK per query head, its index as the exact path |
 //! | `quest.rs` | `quest`: Quest's pages of 16 keys, ranked by a min/max bound on q·k |
+//! | `infllm.rs` | `infllm`: InfLLM's blocks of 128 keys, ranked by 4 representative keys each |
 //!
 //! One selector serves one (layer, KV head): the query heads of its GQA group share what it
 //! built (an index over the head's rest, trained on all their prefill queries) and select one
@@ -26,6 +27,7 @@
 //! Adding a selector is one file here and one arm in [`build`].
 
 mod index;
+mod infllm;
 mod quest;
 mod retopk;
 mod scan;
@@ -222,6 +224,7 @@ pub fn build(prefill: &HeadPrefill<'_>) -> Result<Box<dyn Selector>, ModelError>
         PolicyKind::IndexTopk => Box::new(index::Index::build(prefill, &prefill.cfg.index)?),
         PolicyKind::Retopk => Box::new(retopk::ReTopKSelector::build(prefill)?),
         PolicyKind::Quest => Box::new(quest::Quest::build(prefill)?),
+        PolicyKind::Infllm => Box::new(infllm::InfLlm::build(prefill)?),
     })
 }
 
@@ -291,6 +294,12 @@ pub(super) mod testing {
         pub fn key_mut(&mut self, p: usize) -> &mut [f32] {
             let hd = self.shape.head_dim;
             &mut self.keys[p * hd..(p + 1) * hd]
+        }
+
+        /// Query head `j`'s query at position `p`.
+        pub fn query_mut(&mut self, j: usize, p: usize) -> &mut [f32] {
+            let (hd, g) = (self.shape.head_dim, self.shape.n_heads);
+            &mut self.queries[(p * g + j) * hd..][..hd]
         }
 
         pub fn prefill(&self) -> HeadPrefill<'_> {
