@@ -27,6 +27,10 @@ pub enum PolicyKind {
     /// keys most attended by the following queries; the keys of the top round(k/128) blocks
     /// (keys not yet in a full block are attended too).
     Infllm,
+    /// Static + SnapKV (Li et al. 2024): per query head, the k rest keys the last 32 prompt
+    /// queries attend most (avg-pooled, kernel 5), fixed at the end of the prefill; keys that
+    /// leave the window are kept.
+    Snapkv,
 }
 
 impl PolicyKind {
@@ -39,16 +43,18 @@ impl PolicyKind {
             PolicyKind::Retopk => "retopk",
             PolicyKind::Quest => "quest",
             PolicyKind::Infllm => "infllm",
+            PolicyKind::Snapkv => "snapkv",
         }
     }
 
     /// True for the policies whose selectors build from the prefill's queries (the prefill
-    /// must capture them): the indexes trained on them, ReTopK (primed with them) and InfLLM
-    /// (representative scores). `exact-topk` and `quest` read keys only.
+    /// must capture them): the indexes trained on them, ReTopK (primed with them), InfLLM
+    /// (representative scores) and SnapKV (the observation window). `exact-topk` and `quest`
+    /// read keys only.
     pub fn needs_prefill_queries(self) -> bool {
         matches!(
             self,
-            PolicyKind::IndexTopk | PolicyKind::Retopk | PolicyKind::Infllm
+            PolicyKind::IndexTopk | PolicyKind::Retopk | PolicyKind::Infllm | PolicyKind::Snapkv
         )
     }
 

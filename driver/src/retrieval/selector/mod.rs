@@ -10,6 +10,7 @@
 //! | `retopk.rs` | `retopk`: ReTopK per query head, its index as the exact path |
 //! | `quest.rs` | `quest`: Quest's pages of 16 keys, ranked by a min/max bound on q·k |
 //! | `infllm.rs` | `infllm`: InfLLM's blocks of 128 keys, ranked by 4 representative keys each |
+//! | `snapkv.rs` | `snapkv`: SnapKV's per-head set voted by the last 32 prompt queries, fixed |
 //!
 //! One selector serves one (layer, KV head): the query heads of its GQA group share what it
 //! built (an index over the head's rest, trained on all their prefill queries) and select one
@@ -31,6 +32,7 @@ mod infllm;
 mod quest;
 mod retopk;
 mod scan;
+mod snapkv;
 mod static_only;
 
 use std::cell::OnceCell;
@@ -225,6 +227,7 @@ pub fn build(prefill: &HeadPrefill<'_>) -> Result<Box<dyn Selector>, ModelError>
         PolicyKind::Retopk => Box::new(retopk::ReTopKSelector::build(prefill)?),
         PolicyKind::Quest => Box::new(quest::Quest::build(prefill)?),
         PolicyKind::Infllm => Box::new(infllm::InfLlm::build(prefill)?),
+        PolicyKind::Snapkv => Box::new(snapkv::SnapKv::build(prefill)?),
     })
 }
 
