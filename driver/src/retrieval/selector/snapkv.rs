@@ -76,9 +76,13 @@ impl SnapKv {
                 row.extend((0..=t).map(|p| scale * simd::dot(q, &keys[p * hd..(p + 1) * hd])));
                 inner += row.len() as u64;
                 let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let z: f64 = row.iter().map(|&s| ((s - max) as f64).exp()).sum();
-                for (v, &s) in votes.iter_mut().zip(&row) {
-                    *v += ((s - max) as f64).exp() / z;
+                let mut z = 0f64;
+                for s in row.iter_mut() {
+                    *s = (*s - max).exp();
+                    z += *s as f64;
+                }
+                for (v, &w) in votes.iter_mut().zip(&row) {
+                    *v += w as f64 / z;
                 }
             }
             let scores: Vec<f32> = rest
