@@ -30,10 +30,17 @@
 //! **Cost.** A selection scores every representative: `4 · blocks` inner products. The
 //! representative scores are build/upkeep work and are not counted in the selections.
 //!
-//! **Deviation.** InfLLM's reference code scores representatives with the softmax weights of
-//! its chunked prefill; we use the paper's inner-product definition. Its initial tokens
-//! (128) and local window (4K) are our `sink` and `window` knobs; its number of retrieved
-//! blocks is our `k / 128`. No offloading (everything stays in memory).
+//! **Knobs.** [`BLOCK_SIZE`] and [`REPR_TOPK`] are the reference configuration's
+//! (github.com/thunlp/InfLLM, `config/mistral-inf-llm.yaml`: `block_size: 128`,
+//! `repr_topk: 4`; there also `n_init: 128`, `n_local: 4096`, `topk: 16` blocks, which are our
+//! `sink`, `window` and `k / 128`).
+//!
+//! **Deviations.** The reference code (`inf_llm/attention/context_manager.py`) scores
+//! representatives with the softmax weights its local attention gives each key (summed over
+//! the queries that saw it) and ranks blocks by `q · mean(reps)` averaged over the heads of a
+//! unit, so a unit's heads share one block selection; we use the paper's inner-product `r_m`,
+//! rank by `Σ q · r` (the same order as the mean) and select per query head, as every selector
+//! here does. No offloading (everything stays in memory).
 
 use std::collections::VecDeque;
 

@@ -23,7 +23,7 @@ use super::{HeadPrefill, Selection, Selector, TopN};
 use crate::model::ModelError;
 use crate::retrieval::ids::RestId;
 
-/// Keys per page (Quest's default page size, §4 of the paper).
+/// Keys per page (Quest's page size in its evaluation).
 pub const PAGE_SIZE: usize = 16;
 
 /// Inner products a page bound counts for: it reads the page's min and max (`2·d` values).
