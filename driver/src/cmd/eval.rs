@@ -61,6 +61,9 @@ pub struct EvalResult {
     /// two parts of the time to the first token.
     pub prefill_s: f64,
     pub build_s: f64,
+    /// One-time selector inner products of the builds, as the selectors report them (SnapKV's
+    /// vote; 0 for the others).
+    pub build_distance_computations: Option<u64>,
     /// ReTopK: share of selections that reused cached sets, keys scored per reuse, and the
     /// counts behind them (retopk only).
     pub reuse_ratio: Option<f64>,
@@ -120,9 +123,7 @@ pub fn evaluate(
     devices: &Devices,
 ) -> anyhow::Result<Vec<EvalResult>> {
     let kinds = policies.kinds();
-    let needs_q = kinds
-        .iter()
-        .any(|k| !matches!(k, PolicyKind::Full | PolicyKind::Static));
+    let needs_q = kinds.iter().any(|k| k.needs_prefill_queries());
     let cont = tokens.len() - ctx;
     eprintln!("prefill of {} tokens...", ctx - 1);
     let pre = prefill(&m.llama, &tokens[..ctx - 1], ctx - 1, needs_q)?;
@@ -270,6 +271,7 @@ fn run_policy(
         latency_ms: dec.latency(),
         prefill_s: pre.seconds,
         build_s: stats.map_or(0.0, |s| s.build_s),
+        build_distance_computations: stats.map(|s| s.build_distance_computations),
         reuse_ratio: stats
             .and_then(|s| s.retopk.as_ref())
             .map(|c| c.reuse_ratio()),

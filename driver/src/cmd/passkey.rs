@@ -80,9 +80,7 @@ pub fn run(args: PasskeyArgs, devices: &Devices) -> anyhow::Result<()> {
         anyhow::bail!("--depths are percentages (0..=100)");
     }
     let kinds = args.run.policy.kinds();
-    let needs_q = kinds
-        .iter()
-        .any(|k| !matches!(k, PolicyKind::Full | PolicyKind::Static));
+    let needs_q = kinds.iter().any(|k| k.needs_prefill_queries());
     let mut rng = Rng::new(args.seed);
     let mut trials = Vec::new();
     for &length in &args.lengths {

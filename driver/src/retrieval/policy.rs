@@ -20,6 +20,17 @@ pub enum PolicyKind {
     /// Static + the ReTopK selector over the rest (reuse the sets of similar past queries; the
     /// exact path is a scan, or `--retopk-exact index` the index of `--index`).
     Retopk,
+    /// Static + Quest (Tang et al. 2024): pages of 16 rest keys ranked by an upper bound on
+    /// q·k from each page's element-wise min and max; the keys of the top ⌊k/16⌋ pages.
+    Quest,
+    /// Static + InfLLM (Xiao et al. 2024): blocks of 128 rest keys, each represented by its 4
+    /// keys most attended by the following queries; the keys of the top round(k/128) blocks
+    /// (keys not yet in a full block are attended too).
+    Infllm,
+    /// Static + SnapKV (Li et al. 2024): per query head, the k rest keys the last 32 prompt
+    /// queries attend most (avg-pooled, kernel 5), fixed at the end of the prefill; keys that
+    /// leave the window are kept.
+    Snapkv,
 }
 
 impl PolicyKind {
@@ -30,7 +41,21 @@ impl PolicyKind {
             PolicyKind::ExactTopk => "exact-topk",
             PolicyKind::IndexTopk => "index-topk",
             PolicyKind::Retopk => "retopk",
+            PolicyKind::Quest => "quest",
+            PolicyKind::Infllm => "infllm",
+            PolicyKind::Snapkv => "snapkv",
         }
+    }
+
+    /// True for the policies whose selectors build from the prefill's queries (the prefill
+    /// must capture them): the indexes trained on them, ReTopK (primed with them), InfLLM
+    /// (representative scores) and SnapKV (the observation window). `exact-topk` and `quest`
+    /// read keys only.
+    pub fn needs_prefill_queries(self) -> bool {
+        matches!(
+            self,
+            PolicyKind::IndexTopk | PolicyKind::Retopk | PolicyKind::Infllm | PolicyKind::Snapkv
+        )
     }
 
     /// True for the policies that select keys from the rest.

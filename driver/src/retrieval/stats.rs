@@ -24,6 +24,9 @@ pub struct RetrievalStats {
     pub build_s: f64,
     /// Selector inner products over all (step, layer, query head).
     pub distance_computations: u64,
+    /// One-time selector inner products of the builds, reported by the selectors whose
+    /// selection is fixed at the prefill (SnapKV's vote); not in `distance_computations`.
+    pub build_distance_computations: u64,
     /// (step, layer, query head) selections.
     pub selections: u64,
     /// Keys attended over all selections (static + retrieved).

@@ -8,6 +8,9 @@
 //! | `scan.rs` | `exact-topk`: the exact top-k by a scan of the rest (f32) |
 //! | `index.rs` | `index-topk`: the top-k a [`RestIndex`] returns (any kind), seeded by the previous step's keys on request |
 //! | `retopk.rs` | `retopk`: ReTopK per query head, its index as the exact path |
+//! | `quest.rs` | `quest`: Quest's pages of 16 keys, ranked by a min/max bound on q·k |
+//! | `infllm.rs` | `infllm`: InfLLM's blocks of 128 keys, ranked by 4 representative keys each |
+//! | `snapkv.rs` | `snapkv`: SnapKV's per-head set voted by the last 32 prompt queries, fixed |
 //!
 //! One selector serves one (layer, KV head): the query heads of its GQA group share what it
 //! built (an index over the head's rest, trained on all their prefill queries) and select one
@@ -25,12 +28,16 @@
 //! Adding a selector is one file here and one arm in [`build`].
 
 mod index;
+mod infllm;
+mod quest;
 mod retopk;
 mod scan;
+mod snapkv;
 mod static_only;
 
 use std::cell::OnceCell;
 
+use qkindex::scratch::TopK;
 use qkindex::{KnnBackend, SearchStats};
 
 use super::ids::{RestId, Split};
@@ -61,7 +68,9 @@ pub trait Selector: Send + std::fmt::Debug {
     fn upkeep(&mut self, key: &[f32], guide: &[f32]) -> Result<(), ModelError>;
 
     /// Selects keys of the rest for query head `j` of the group (`query`: `head_dim` values)
-    /// into `out`, at most the policy's `k`, best first.
+    /// into `out`, best first: at most the policy's `k` for the top-k selectors; the others
+    /// (pages, blocks, fixed sets) document how `k` maps to what they return. The step calls
+    /// it once per query head per step, `j` in order.
     fn select(&mut self, j: usize, query: &[f32], out: &mut Selection) -> Result<(), ModelError>;
 
     /// Moves the counters of the selections since the last call into `stats` (after each
@@ -216,5 +225,106 @@ pub fn build(prefill: &HeadPrefill<'_>) -> Result<Box<dyn Selector>, ModelError>
         PolicyKind::ExactTopk => Box::new(scan::Scan::build(prefill)?),
         PolicyKind::IndexTopk => Box::new(index::Index::build(prefill, &prefill.cfg.index)?),
         PolicyKind::Retopk => Box::new(retopk::ReTopKSelector::build(prefill)?),
+        PolicyKind::Quest => Box::new(quest::Quest::build(prefill)?),
+        PolicyKind::Infllm => Box::new(infllm::InfLlm::build(prefill)?),
+        PolicyKind::Snapkv => Box::new(snapkv::SnapKv::build(prefill)?),
     })
+}
+
+/// The ids of the largest of a list of scores (id = index), for the selectors that rank
+/// pages, blocks or keys by a score of their own (allocations kept between calls).
+#[derive(Clone, Debug, Default)]
+pub(super) struct TopN {
+    top: TopK,
+    scores: Vec<f32>,
+}
+
+impl TopN {
+    /// The ids of the `n` largest `scores` (all of them when fewer), best first, into `ids`
+    /// (cleared first); ties go to the smaller id, NaN scores are never taken.
+    pub fn ids_of(&mut self, scores: &[f32], n: usize, ids: &mut Vec<u32>) {
+        ids.clear();
+        self.scores.clear();
+        self.top.reset(n.min(scores.len()));
+        self.top.push_block(scores, 0);
+        self.top.drain_sorted(ids, &mut self.scores);
+    }
+}
+
+#[cfg(test)]
+pub(super) mod testing {
+    //! Synthetic prefills for the selectors' unit tests.
+
+    use qkindex::synth::Rng;
+
+    use super::HeadPrefill;
+    use crate::retrieval::ids::Split;
+    use crate::retrieval::policy::PolicyConfig;
+    use crate::retrieval::step::Shape;
+
+    /// Keys and queries of a synthetic prefill of one KV head (the model has one KV head of
+    /// `group` query heads).
+    pub struct Synth {
+        pub cfg: PolicyConfig,
+        pub shape: Shape,
+        pub split: Split,
+        pub keys: Vec<f32>,
+        /// Row-major `n × (group · head_dim)`.
+        pub queries: Vec<f32>,
+    }
+
+    impl Synth {
+        /// `n` positions of normal keys and queries (seeded by `seed`) under `cfg`'s split.
+        pub fn new(cfg: PolicyConfig, n: usize, head_dim: usize, group: usize, seed: u64) -> Self {
+            let mut rng = Rng::new(seed);
+            let keys = (0..n * head_dim).map(|_| rng.normal()).collect();
+            let queries = (0..n * group * head_dim).map(|_| rng.normal()).collect();
+            Synth {
+                split: Split::at(n, cfg.sink, cfg.window),
+                cfg,
+                shape: Shape {
+                    n_layers: 1,
+                    n_heads: group,
+                    n_kv_heads: 1,
+                    head_dim,
+                },
+                keys,
+                queries,
+            }
+        }
+
+        /// The key at position `p`.
+        pub fn key_mut(&mut self, p: usize) -> &mut [f32] {
+            let hd = self.shape.head_dim;
+            &mut self.keys[p * hd..(p + 1) * hd]
+        }
+
+        /// Query head `j`'s query at position `p`.
+        pub fn query_mut(&mut self, j: usize, p: usize) -> &mut [f32] {
+            let (hd, g) = (self.shape.head_dim, self.shape.n_heads);
+            &mut self.queries[(p * g + j) * hd..][..hd]
+        }
+
+        pub fn prefill(&self) -> HeadPrefill<'_> {
+            HeadPrefill::new(
+                &self.cfg,
+                self.shape,
+                0,
+                0,
+                self.split,
+                &self.keys,
+                Some(&self.queries),
+                &qkindex::CpuKnn,
+            )
+        }
+    }
+
+    /// Asserts that `ids` are distinct rest ids below `n_keys`.
+    pub fn assert_valid(ids: &[crate::retrieval::ids::RestId], n_keys: usize) {
+        let mut seen = std::collections::HashSet::new();
+        for id in ids {
+            assert!((id.0 as usize) < n_keys, "id {} of {n_keys} keys", id.0);
+            assert!(seen.insert(id.0), "id {} twice", id.0);
+        }
+    }
 }
