@@ -11,6 +11,7 @@ pub mod generate;
 pub mod gpu_check;
 pub mod inspect;
 pub mod model_args;
+pub mod longctx;
 pub mod passkey;
 pub mod policy_args;
 pub mod ppl;
