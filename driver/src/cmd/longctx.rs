@@ -245,15 +245,15 @@ mod tests {
                 |n| format!("Head. {}Question?", haystack_text(&units, n, &[])),
                 &words,
             )
-            .unwrap();
-            let c = words(&text).unwrap();
+            .expect("present");
+            let c = words(&text).expect("present");
             // Within about one sentence of the length: the essay's run up to ~200 words.
             assert!(
                 c <= length && c as f64 >= 0.95 * length as f64,
                 "{c} for {length}"
             );
         }
-        let err = fit(10, |n| "word ".repeat(20 + n), &words).unwrap_err();
+        let err = fit(10, |n| "word ".repeat(20 + n), &words).expect_err("an error");
         assert!(err.to_string().contains("too small"), "{err}");
     }
 
