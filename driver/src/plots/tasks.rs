@@ -66,6 +66,9 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &TaskPanel) 
         .x_desc("keys scored per selection")
         .y_desc("score (string match, %)")
         .x_label_formatter(&|x| short_number(*x))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        // On a log axis plotters packs light lines below each decade into a grey band.
+        .x_max_light_lines(1)
         .draw()?;
     for (i, (label, y)) in p.refs.iter().enumerate() {
         let c = COLORS[10 + i % 6];
