@@ -66,11 +66,13 @@ impl Task {
     }
 
     /// Tokens generated for the answer: the expected strings and their separators, a little
-    /// more (digits and capitals are about a token each with both models' tokenizers).
+    /// more (digits are a token each with both models' tokenizers).
     pub fn answer_tokens(self) -> usize {
         match self {
             Task::NiahSingle | Task::NiahMultikey => 12,
-            Task::NiahMultivalue | Task::NiahMultiquery => 40,
+            // Four values, each restated as "... for {key} is: {value}." (~20 tokens) by the
+            // answer prefix's pattern.
+            Task::NiahMultivalue | Task::NiahMultiquery => 80,
             Task::Vt => 32,
             Task::Cwe => 24,
             Task::Passkey => passkey::ANSWER_TOKENS,
