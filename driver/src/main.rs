@@ -37,6 +37,8 @@ enum Command {
     Eval(cmd::eval::EvalArgs),
     /// Passkey retrieval (a number hidden in filler text) under attention policies.
     Passkey(cmd::passkey::PasskeyArgs),
+    /// RULER-style long-context tasks (needles, variable tracking, common words) under policies.
+    Tasks(cmd::tasks::TasksArgs),
     /// Recall benchmark of index kinds on a dump (recall, scanned fraction, QPS, build time).
     Bench(cmd::bench::BenchArgs),
     /// Merge bench.json files of one run (ours and peers') into one report with plots.
@@ -71,6 +73,7 @@ fn main() -> anyhow::Result<()> {
         Command::Eval(args) => cmd::eval::run(args, &devices),
         Command::DecodeBench(args) => cmd::decode_bench::run(args, &devices),
         Command::Passkey(args) => cmd::passkey::run(args, &devices),
+        Command::Tasks(args) => cmd::tasks::run(args, &devices),
         Command::Bench(args) => cmd::bench::run(args, &devices),
         Command::Report(args) => cmd::report::run(args),
         Command::Scaling(args) => cmd::scaling::run(args),

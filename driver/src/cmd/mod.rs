@@ -10,12 +10,14 @@ pub mod eval;
 pub mod generate;
 pub mod gpu_check;
 pub mod inspect;
+pub mod longctx;
 pub mod model_args;
 pub mod passkey;
 pub mod policy_args;
 pub mod ppl;
 pub mod report;
 pub mod scaling;
+pub mod tasks;
 pub mod verify;
 
 /// Permissive license texts from Debian's `/usr/share/common-licenses` (MPL-2.0, Apache-2.0,

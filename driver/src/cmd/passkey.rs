@@ -6,20 +6,19 @@
 use anyhow::Context;
 use clap::Args;
 use qkindex::synth::Rng;
-use qkindex_driver::decode::{prefill, Decoder};
+use qkindex_driver::decode::prefill;
 use qkindex_driver::devices::Devices;
-use qkindex_driver::model::{argmax, Model};
+use qkindex_driver::model::Model;
 use qkindex_driver::retrieval::PolicyKind;
 use serde::Serialize;
 
+use super::longctx::{ask, fit, haystack_text, Haystack};
 use super::model_args::PolicyRunArgs;
 
-const HEAD: &str = "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. I will quiz you about the important information there.\n";
-const FILLER: &str =
-    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
-const QUESTION: &str = "\nWhat is the pass key? The pass key is";
+pub const HEAD: &str = "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. I will quiz you about the important information there.\n";
+pub const QUESTION: &str = "\nWhat is the pass key? The pass key is";
 /// Tokens generated for the answer.
-const ANSWER_TOKENS: usize = 6;
+pub const ANSWER_TOKENS: usize = 6;
 
 #[derive(Debug, Args)]
 pub struct PasskeyArgs {
@@ -100,26 +99,7 @@ pub fn run(args: PasskeyArgs, devices: &Devices) -> anyhow::Result<()> {
                 let mut retrieval = Vec::new();
                 for &kind in &kinds {
                     let cfg = args.run.policy.config(kind);
-                    let mut dec = Decoder::new(
-                        &m.llama,
-                        &pre,
-                        &cfg,
-                        question.len() + ANSWER_TOKENS,
-                        devices.knn(),
-                        |_, _| {},
-                    )?;
-                    let mut logits = Vec::new();
-                    for &t in &question {
-                        logits = dec.step(t)?;
-                    }
-                    let mut answer = Vec::new();
-                    for i in 0..ANSWER_TOKENS {
-                        let next = argmax(&logits, |id| m.tokenizer.is_control(id));
-                        answer.push(next);
-                        if i + 1 < ANSWER_TOKENS {
-                            logits = dec.step(next)?;
-                        }
-                    }
+                    let (text, dec) = ask(&m, &pre, &cfg, &question, ANSWER_TOKENS, devices.knn())?;
                     if let Some(r) = dec.retrieval() {
                         let st = &r.stats;
                         if let (Some(recall), Some(mass_ratio)) = (st.recall(), st.mass_ratio()) {
@@ -135,7 +115,6 @@ pub fn run(args: PasskeyArgs, devices: &Devices) -> anyhow::Result<()> {
                             });
                         }
                     }
-                    let text = m.tokenizer.decode(&answer)?;
                     let ok = text.contains(&key);
                     eprintln!(
                         "length {length} ({} tokens) depth {depth}% key {key} {:<11} {} {:?}",
@@ -232,16 +211,20 @@ fn prompt(
     depth: usize,
     key: &str,
 ) -> anyhow::Result<(Vec<u32>, Vec<u32>)> {
-    let tok = |s: &str| m.tokenizer.encode(s);
-    let needle = format!("The pass key is {key}. Remember it. {key} is the pass key. ");
-    let fixed = tok(HEAD)?.len() + tok(&needle)?.len() + tok(QUESTION)?.len();
-    let unit = tok(FILLER)?.len().max(1);
-    let units = length.saturating_sub(fixed) / unit;
-    let before = units * depth / 100;
-    let text = format!(
-        "{HEAD}{}{needle}{}",
-        FILLER.repeat(before),
-        FILLER.repeat(units - before)
-    );
-    Ok((tok(&text)?, tok(QUESTION)?))
+    let question = m.tokenizer.encode(QUESTION)?;
+    let needle = passkey_needle(key);
+    let units = Haystack::Repeat.units();
+    let depth = [(depth as f64 / 100.0, needle)];
+    let count = |s: &str| Ok(m.tokenizer.encode(s)?.len() + question.len());
+    let (_, text) = fit(
+        length,
+        |n| format!("{HEAD}{}", haystack_text(&units, n, &depth)),
+        &count,
+    )?;
+    Ok((m.tokenizer.encode(&text)?, question))
+}
+
+/// The sentence that hides the pass key.
+pub fn passkey_needle(key: &str) -> String {
+    format!("The pass key is {key}. Remember it. {key} is the pass key. ")
 }

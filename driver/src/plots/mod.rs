@@ -7,6 +7,7 @@
 //! | `aggregate.rs` | bench rows → curves: per search setting, per layer at a budget, Q→K vs K→K |
 //! | `bench.rs` | the four plots of a bench report (`qkindex bench`, `qkindex report`) |
 //! | `scaling.rs` | the log-log plots of `qkindex scaling` |
+//! | `tasks.rs` | the score-against-cost plot of `qkindex tasks` |
 //! | `tests.rs` | unit tests |
 //!
 //! ```text
@@ -29,11 +30,13 @@ mod aggregate;
 mod bench;
 mod scaling;
 mod style;
+mod tasks;
 #[cfg(test)]
 mod tests;
 
 pub use bench::write_all;
 pub use scaling::write_scaling;
+pub use tasks::{write_tasks, TaskPanel};
 
 use anyhow::{anyhow, Result};
 use plotters::coord::Shift;

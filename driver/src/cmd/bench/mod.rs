@@ -17,6 +17,7 @@ use qkindex::dump::Part;
 use qkindex::eval;
 use qkindex::{AnnIndex, FlatIndex, KeyStore, SearchOutput, SearchParams};
 use qkindex_driver::devices::Devices;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -174,15 +175,15 @@ pub fn run(args: BenchArgs, devices: &Devices) -> Result<()> {
             };
             for (s, spec) in kinds.iter().enumerate() {
                 let slot = (if pooled { kv } else { h }, s);
-                if built_for.contains_key(&slot) {
-                    eprintln!(
-                        "layer {layer} head {h} {spec}: the index of KV head {kv} (pooled queries), built once for its group"
-                    );
-                } else {
-                    let b = build_or_load(&args, spec, &input, n, devices)?;
-                    built_for.insert(slot, b);
-                }
-                let built = &built_for[&slot];
+                let built = match built_for.entry(slot) {
+                    Entry::Occupied(e) => {
+                        eprintln!(
+                            "layer {layer} head {h} {spec}: the index of KV head {kv} (pooled queries), built once for its group"
+                        );
+                        e.into_mut()
+                    }
+                    Entry::Vacant(e) => e.insert(build_or_load(&args, spec, &input, n, devices)?),
+                };
                 let bytes_per_key = built.index.memory_bytes() as f64 / n as f64;
                 for (&k, set) in args.k.iter().flat_map(|k| sets.iter().map(move |s| (k, s))) {
                     for params in &built.sweep.params(&args, k) {
