@@ -5,11 +5,13 @@
                                            --no-show-raw-insn listing (static counts)
   insns.py qemu BINARY ISA KERNEL DIM ROWS instructions one call executes, aarch64 under qemu
   insns.py gdb BINARY ISA KERNEL DIM ROWS  the same on x86, single-stepped by gdb
-  insns.py table COUNTS_TSV LOOPS_TSV...   the table of docs/ARM64.md from those
+  insns.py hot BINARY ARCH OBJDUMP_TXT ISA the hot loop of each kernel of a set, found from
+                                           where its function pointers point
+  insns.py table COUNTS_TSV HOT_TSV...     the table of docs/ARM64.md from those
 
 The dynamic counts run `kernel_insns` (index-core/examples/kernel_insns.rs): under qemu, every
 instruction executed in the binary's own code except `main` is logged (-singlestep -d
-nochain,exec -dfilter), and a call is (count at 3 reps - count at 1 rep) / 2; under gdb the
+nochain,exec -dfilter), and a call is (count at 21 reps - count at 1 rep) / 20; under gdb the
 second call of `measured` is stepped from its first instruction to its return.
 """
 import os
@@ -23,14 +25,15 @@ INSN = re.compile(r"^\s*([0-9a-f]+):\s+(\S+)\s*(.*)$")
 
 
 def functions(path):
-    """{name: [(addr, mnemonic, operands)]} of an objdump listing."""
+    """{start: (name, [(addr, mnemonic, operands)])} of an objdump listing."""
     out, cur = {}, None
     with open(path) as f:
         for line in f:
             line = line.rstrip("\n")
             m = FN.match(line)
             if m:
-                cur = out.setdefault(m.group(2), [])
+                cur = []
+                out[int(m.group(1), 16)] = (m.group(2), cur)
                 continue
             m = INSN.match(line)
             if m and cur is not None:
@@ -65,35 +68,91 @@ def is_mul(mnemonic, operands, arch):
     return bool(re.match(r"^v(fmadd|fmul|pdpbusd|pdpwssd|pmaddwd|pmaddubsw|pmulld)", mnemonic))
 
 
-def loops(listing, arch):
-    """For each kernel symbol: its backward-branch loops with vector multiplies, innermost
-    first: (function, loop start, body instructions, multiplies in the body, inner/outer,
-    the most frequent mnemonics)."""
+def lanes(mnemonic, operands):
+    """f32 lanes of one vector FMA (zmm 16, ymm 8, xmm or NEON .4s 4), 0 for others."""
+    if mnemonic == "fmla" and ".4s" in operands:
+        return 4
+    if mnemonic.startswith("vfmadd") and mnemonic.endswith("ps"):
+        dest = operands.split(",")[-1].strip().lstrip("%")  # AT&T: the destination is last
+        return {"z": 16, "y": 8, "x": 4}.get(dest[:1], 0)
+    return 0
+
+
+def loops_in(name, insns, arch):
+    """The backward-branch loops of one function that hold vector multiplies: (function, loop
+    start, body instructions, multiplies, f32 FMA lanes, inner/outer, the most frequent
+    mnemonics)."""
     rows = []
-    for name, insns in functions(listing).items():
-        if not KERNEL_SYMBOLS[arch].match(name) or not insns:
+    index = {a: i for i, (a, _, _) in enumerate(insns)}
+    for i, (addr, mn, ops) in enumerate(insns):
+        t = target(mn, ops, arch)
+        if t is None or t > addr or t not in index:
             continue
-        index = {a: i for i, (a, _, _) in enumerate(insns)}
-        for i, (addr, mn, ops) in enumerate(insns):
-            t = target(mn, ops, arch)
-            if t is None or t > addr or t not in index:
-                continue
-            body = insns[index[t]:i + 1]
-            muls = [b for b in body if is_mul(b[1], b[2], arch)]
-            fma_lanes = sum(lanes(m, o) for _, m, o in body)
-            if not muls:
-                continue
-            kinds = {}
-            for _, m, o in body:
-                kinds[m] = kinds.get(m, 0) + 1
-            top = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])[:6])
-            # Innermost: no other backward branch inside the body.
-            nested = any(
-                (tb := target(m, o, arch)) is not None and tb <= a and tb >= t and a != addr
-                for a, m, o in body)
-            rows.append((name, hex(t), len(body), len(muls), fma_lanes,
-                         "outer" if nested else "inner", top))
+        body = insns[index[t]:i + 1]
+        muls = [b for b in body if is_mul(b[1], b[2], arch)]
+        if not muls:
+            continue
+        fma_lanes = sum(lanes(m, o) for _, m, o in body)
+        kinds = {}
+        for _, m, _ in body:
+            kinds[m] = kinds.get(m, 0) + 1
+        top = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])[:6])
+        # Innermost: no other backward branch inside the body.
+        nested = any(
+            (tb := target(m, o, arch)) is not None and t <= tb <= a and a != addr
+            for a, m, o in body)
+        rows.append((name, hex(t), len(body), len(muls), fma_lanes,
+                     "outer" if nested else "inner", top))
     return rows
+
+
+def loops(listing, arch):
+    """loops_in of every kernel symbol of an objdump listing (by name)."""
+    rows = []
+    for name, insns in functions(listing).values():
+        if KERNEL_SYMBOLS[arch].match(name) and insns:
+            rows.extend(loops_in(name, insns, arch))
+    return rows
+
+
+def hot(binary, arch, listing, isa):
+    """For each kernel of the set `isa`: the innermost loop with the most multiplies (ties: the
+    shorter body) in the function its pointer points to or in the functions that one calls or
+    jumps to (two levels: the pointers point to closure shims that the kernels inline into or
+    call). Prints: isa, kernel, body, f32 FMA lanes, function."""
+    run = (["qemu-aarch64"] if arch == "aarch64" else []) + [binary, isa, "addrs"]
+    out = subprocess.run(run, capture_output=True, text=True, check=True).stdout
+    nm = "aarch64-linux-gnu-nm" if arch == "aarch64" else "nm"
+    measured = next(s for s, _, n in symbols(binary, nm) if n == "kernel_insns::measured")
+    funcs = functions(listing)
+    for line in out.split("\n"):
+        if not line.strip():
+            continue
+        kernel, off = line.split()
+        start = measured + int(off)
+        seen, frontier = {start}, [start]
+        for _ in range(2):
+            nxt = []
+            for f in frontier:
+                for _, m, o in funcs.get(f, ("", []))[1]:
+                    mt = re.search(r"(?:^|,\s*)([0-9a-f]+) <", o)
+                    if (m.startswith(("b", "call", "j")) and mt
+                            and int(mt.group(1), 16) in funcs):
+                        t = int(mt.group(1), 16)
+                        if t not in seen:
+                            seen.add(t)
+                            nxt.append(t)
+            frontier = nxt
+        cands = []
+        for f in seen:
+            if f in funcs:
+                name, insns = funcs[f]
+                for row in loops_in(name, insns, arch):
+                    if row[5] == "inner":
+                        cands.append((-row[3], row[2], row[4], name))
+        if cands:
+            _, body, fl, name = min(cands)
+            print(f"{isa}\t{kernel}\t{body}\t{fl}\t{name}")
 
 
 def symbols(binary, nm):
@@ -145,9 +204,11 @@ def qemu(binary, isa, kernel, dim, rows):
         else:
             merged.append([s, e])
     ranges = ",".join(f"0x{s:x}..0x{e - 1:x}" for s, e in merged)
+    # The exec log's count per call varies by a few instructions with the number of calls
+    # (seen: 152.9 to 157 at d = 128), so a call is the mean over 20 more.
     one = qemu_count(binary, [isa, kernel, dim, rows, "1"], ranges)
-    three = qemu_count(binary, [isa, kernel, dim, rows, "3"], ranges)
-    return (three - one) / 2
+    more = qemu_count(binary, [isa, kernel, dim, rows, "21"], ranges)
+    return round((more - one) / 20, 1)
 
 
 GDB_SCRIPT = r"""
@@ -194,52 +255,12 @@ def gdb(binary, isa, kernel, dim, rows):
     return int(re.search(r"COUNT (\d+)", out).group(1))
 
 
-# The symbol holding each kernel's hot loop (the dot kernel inlines into gather and range; the
-# AVX-512 range scans run four rows per step in dot4_*).
-HOT = {
-    "neon": r"neon::(neon_kernels::{kernel}|{kernel}_neon)$",
-    "avx512": r"x86::(avx512_kernels::{kernel}|{kernel}_avx512|dot4_{ty}_avx512)$",
-    "avx2": r"x86::(avx2_kernels::{kernel}|{kernel}_avx2)$",
-    "scalar": r"int8::{kernel}$",
-}
-INT8_HOT = {"avx512-vnni": {"dot_i8": "avx512", "dot_q8": "vnni512"},
-            "avx512": {"dot_i8": "avx512", "dot_q8": "avx2"},
-            "avx2-vnni": {"dot_i8": "avx2", "dot_q8": "vnni256"},
-            "avx2": {"dot_i8": "avx2", "dot_q8": "avx2"}}
-
-
-def lanes(mnemonic, operands):
-    """f32 lanes of one vector FMA (zmm 16, ymm 8, xmm or NEON .4s 4), 0 for others."""
-    if mnemonic == "fmla" and ".4s" in operands:
-        return 4
-    if mnemonic.startswith("vfmadd") and mnemonic.endswith("ps"):
-        dest = operands.split(",")[-1].strip().lstrip("%")  # AT&T: the destination is last
-        return {"z": 16, "y": 8, "x": 4}.get(dest[:1], 0)
-    return 0
-
-
-def hot_loop(isa, kernel, loops):
-    """(instructions per iteration, f32 FMA lanes in it, symbol) of the innermost loop with the most multiplies
-    among the kernel's symbols (ties: the shorter body)."""
-    if isa in INT8_HOT and kernel in INT8_HOT[isa]:
-        pat = rf"x86_int8::{kernel}_{INT8_HOT[isa][kernel]}$"
-    else:
-        pat = HOT[isa].format(kernel=kernel, ty=kernel.split("_")[-1])
-    rx = re.compile(pat)
-    cands = [(-muls, body, fl, name) for name, _, body, muls, fl, _, inner in loops
-             if inner and rx.search(name)]
-    if not cands:
-        return None, None, None
-    _, body, fl, name = min(cands)
-    return body, fl, name
-
-
-def table(counts_path, *loop_paths):
-    loops = []
-    for p in loop_paths:
+def table(counts_path, *hot_paths):
+    hot_loops = {}
+    for p in hot_paths:
         for line in open(p):
-            name, start, body, muls, fl, inner, top = line.rstrip("\n").split("\t")
-            loops.append((name, start, int(body), int(muls), int(fl), top, inner == "inner"))
+            isa, kernel, body, fl, name = line.rstrip("\n").split("\t")
+            hot_loops[(isa, kernel)] = (int(body), int(fl), name)
     counts = {}
     order = []
     for line in open(counts_path):
@@ -247,20 +268,21 @@ def table(counts_path, *loop_paths):
         if (isa, kernel) not in counts:
             order.append((isa, kernel))
         counts.setdefault((isa, kernel), {})[int(d)] = float(c)
-    print("| kernel | set | loop insns/iter | elements/iter | insns/element | "
-          "per IP d=64 | d=128 | d=256 | fixed part | hot-loop symbol |")
+    print("| kernel | set | hot loop insns/iter | elements/iter | insns/element | "
+          "per IP d=64 | d=128 | d=256 | fixed part | hot loop in |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for isa, kernel in order:
         c = counts[(isa, kernel)]
         delta = c[256] - c[128]
         per_elem = delta / 128
-        body, fl, name = hot_loop(isa, kernel, loops)
+        body, fl, name = hot_loops.get((isa, kernel), (None, None, None))
         # Elements per iteration: the f32 lanes of its FMAs; for the int8 kernels (other
         # multiplies) the dynamic ratio 128 · iteration / (IP(256) - IP(128)).
         elems = fl if fl else (f"{128 * body / delta:.0f}" if body and delta else "?")
         fixed = c[128] - 128 * per_elem
-        print(f"| {kernel} | {isa} | {body or '?'} | {elems} | {per_elem:.3g} | {c[64]:g} | "
-              f"{c[128]:g} | {c[256]:g} | {fixed:g} | `{name}` |")
+        r = lambda x: f"{round(x, 1):g}"
+        print(f"| {kernel} | {isa} | {body or '?'} | {elems} | {per_elem:.3g} | {r(c[64])} | "
+              f"{r(c[128])} | {r(c[256])} | {r(fixed)} | `{name}` |")
 
 
 def main():
@@ -271,6 +293,8 @@ def main():
     elif cmd in ("qemu", "gdb"):
         count = (qemu if cmd == "qemu" else gdb)(*sys.argv[2:7])
         print(f"{count:g}")
+    elif cmd == "hot":
+        hot(*sys.argv[2:6])
     elif cmd == "table":
         table(*sys.argv[2:])
     else:

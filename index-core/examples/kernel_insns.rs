@@ -10,7 +10,8 @@
 //! `ISA` names a set of [`Kernels::available`] (`avx512`, `avx2`, `neon`, `scalar`) or, for the
 //! int8 kernels, of [`I8Kernels::available`]; `KERNEL` is one of `dot_f32`, `dot_f16`,
 //! `gather_f32`, `gather_f16`, `range_f32`, `range_f16`, `dot_i8`, `dot_q8`; gather and range
-//! score `ROWS` rows of `DIM` values (gather in reverse row order).
+//! score `ROWS` rows of `DIM` values (gather in reverse row order). `kernel_insns ISA addrs`
+//! prints where the set's function pointers point (offsets from `measured`).
 
 use half::f16;
 use qkindex::metric::int8::I8Kernels;
@@ -44,6 +45,10 @@ struct Inputs {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() == 2 && args[1] == "addrs" {
+        print_addresses(&args[0]);
+        return;
+    }
     if args.len() != 5 {
         eprintln!("usage: kernel_insns ISA KERNEL DIM ROWS REPS");
         std::process::exit(2);
@@ -95,6 +100,26 @@ fn main() {
         "{} {which:?} dim {dim} rows {rows} reps {reps}: {sum}",
         args[0]
     );
+}
+
+/// `kernel_insns ISA addrs`: where each function pointer of the set `ISA` points, as an offset
+/// from [`measured`] (so that a script finds the kernel's code in the disassembly even where the
+/// kernel was inlined into an unnamed closure shim).
+fn print_addresses(isa: &str) {
+    let base = measured as *const () as usize as i64;
+    let off = |p: usize| p as i64 - base;
+    if let Some(k) = Kernels::available().into_iter().find(|k| k.isa == isa) {
+        println!("dot_f32 {}", off(k.dot_f32 as usize));
+        println!("dot_f16 {}", off(k.dot_f16 as usize));
+        println!("gather_f32 {}", off(k.gather_f32 as usize));
+        println!("gather_f16 {}", off(k.gather_f16 as usize));
+        println!("range_f32 {}", off(k.range_f32 as usize));
+        println!("range_f16 {}", off(k.range_f16 as usize));
+    }
+    if let Some(k) = I8Kernels::available().into_iter().find(|k| k.isa == isa) {
+        println!("dot_i8 {}", off(k.dot as usize));
+        println!("dot_q8 {}", off(k.dot_q8 as usize));
+    }
 }
 
 /// One call of the chosen kernel (the unit that the instruction counts measure).
