@@ -6,7 +6,8 @@
 # aarch64 Python. maturin checks the wheel's glibc symbol versions itself and tags it with the
 # oldest manylinux policy they allow (linking against Debian bookworm's arm64 glibc 2.36);
 # with WHEEL_ZIG=1 it links through `zig cc` against glibc 2.17 stubs instead (manylinux2014;
-# needs `pip install ziglang`; not tried yet: see docs/ARM64.md). The wheel is then checked by auditwheel and objdump -p.
+# needs `pip install ziglang`; not tried yet: see docs/ARM64.md). The wheel is then checked
+# by auditwheel and objdump -p.
 #   bash scripts/build-wheel-aarch64.sh           # wheel in target/aarch64-cross/wheels
 #   WHEEL_ZIG=1 bash scripts/build-wheel-aarch64.sh
 set -euo pipefail
