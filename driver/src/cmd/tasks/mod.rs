@@ -191,6 +191,15 @@ pub fn run(args: TasksArgs, devices: &Devices) -> anyhow::Result<()> {
                     acc.ms_per_token += dec.latency().total;
                     acc.build_s += build_s;
                     let score = score::string_match_all(&text, &sample.expected);
+                    // One line per answer (the bar is hidden when stderr is not a terminal).
+                    bar.suspend(|| {
+                        eprintln!(
+                            "{} @ {length} trial {t} depth {depth:.2} {:<16} score {score:>5.1} {:?}",
+                            task.name(),
+                            spec.label,
+                            text.trim()
+                        )
+                    });
                     acc.trials.push(TrialRecord {
                         trial: t,
                         prompt_tokens: context.len() + question.len(),
