@@ -44,7 +44,7 @@
 
 use std::collections::VecDeque;
 
-use super::{HeadPrefill, Selection, Selector, TopN};
+use super::{check_key, HeadPrefill, Selection, Selector, TopN};
 use crate::model::{simd, ModelError};
 use crate::retrieval::ids::RestId;
 
@@ -234,11 +234,7 @@ impl Selector for InfLlm {
     }
 
     fn upkeep(&mut self, key: &[f32], _guide: &[f32]) -> Result<(), ModelError> {
-        if key.len() != self.hd {
-            return Err(
-                qkindex::Error::invalid_param("key", key.len(), "not head_dim values").into(),
-            );
-        }
+        check_key(key, self.hd)?;
         let score = self.decode_score(self.sink + self.n, key);
         self.push(key, score);
         Ok(())
@@ -278,15 +274,10 @@ impl Selector for InfLlm {
 mod tests {
     use super::*;
     use crate::retrieval::policy::{PolicyConfig, PolicyKind};
-    use crate::retrieval::selector::testing::{assert_valid, Synth};
+    use crate::retrieval::selector::testing::{assert_valid, small_cfg, Synth};
 
     fn cfg(k: usize, window: usize) -> PolicyConfig {
-        PolicyConfig {
-            sink: 4,
-            window,
-            k,
-            ..PolicyConfig::new(PolicyKind::Infllm)
-        }
+        small_cfg(PolicyKind::Infllm, k, window)
     }
 
     #[test]

@@ -251,6 +251,14 @@ impl TopN {
     }
 }
 
+/// `key` when it holds `hd` values (a key given to [`Selector::upkeep`]), else a typed error.
+fn check_key(key: &[f32], hd: usize) -> Result<(), ModelError> {
+    if key.len() != hd {
+        return Err(qkindex::Error::invalid_param("key", key.len(), "not head_dim values").into());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 pub(super) mod testing {
     //! Synthetic prefills for the selectors' unit tests.
@@ -259,8 +267,18 @@ pub(super) mod testing {
 
     use super::HeadPrefill;
     use crate::retrieval::ids::Split;
-    use crate::retrieval::policy::PolicyConfig;
+    use crate::retrieval::policy::{PolicyConfig, PolicyKind};
     use crate::retrieval::step::Shape;
+
+    /// `kind` with 4 sinks, a `window` and `k` (the selector tests' small splits).
+    pub fn small_cfg(kind: PolicyKind, k: usize, window: usize) -> PolicyConfig {
+        PolicyConfig {
+            sink: 4,
+            window,
+            k,
+            ..PolicyConfig::new(kind)
+        }
+    }
 
     /// Keys and queries of a synthetic prefill of one KV head (the model has one KV head of
     /// `group` query heads).

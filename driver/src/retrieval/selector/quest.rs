@@ -19,7 +19,7 @@
 //! **Deviation.** Quest's dense first two layers are not built in: dense layers are the shared
 //! `--dense-layers` knob of every policy.
 
-use super::{HeadPrefill, Selection, Selector, TopN};
+use super::{check_key, HeadPrefill, Selection, Selector, TopN};
 use crate::model::ModelError;
 use crate::retrieval::ids::RestId;
 
@@ -103,11 +103,7 @@ impl Selector for Quest {
     }
 
     fn upkeep(&mut self, key: &[f32], _guide: &[f32]) -> Result<(), ModelError> {
-        if key.len() != self.hd {
-            return Err(
-                qkindex::Error::invalid_param("key", key.len(), "not head_dim values").into(),
-            );
-        }
+        check_key(key, self.hd)?;
         self.push(key);
         Ok(())
     }
@@ -137,15 +133,10 @@ mod tests {
     use super::*;
     use crate::model::simd;
     use crate::retrieval::policy::{PolicyConfig, PolicyKind};
-    use crate::retrieval::selector::testing::{assert_valid, Synth};
+    use crate::retrieval::selector::testing::{assert_valid, small_cfg, Synth};
 
     fn cfg(k: usize) -> PolicyConfig {
-        PolicyConfig {
-            sink: 4,
-            window: 8,
-            k,
-            ..PolicyConfig::new(PolicyKind::Quest)
-        }
+        small_cfg(PolicyKind::Quest, k, 8)
     }
 
     #[test]

@@ -30,7 +30,7 @@
 //! the whole prompt). SnapKV selects per attention head of the KV cache after `repeat_kv`; the
 //! GQA group shares our KV head, so each query head keeps a set of its own over it.
 
-use super::{HeadPrefill, Selection, Selector, TopN};
+use super::{check_key, HeadPrefill, Selection, Selector, TopN};
 use crate::model::{simd, ModelError};
 use crate::retrieval::stats::RetrievalStats;
 
@@ -120,11 +120,7 @@ impl Selector for SnapKv {
     }
 
     fn upkeep(&mut self, key: &[f32], _guide: &[f32]) -> Result<(), ModelError> {
-        if key.len() != self.hd {
-            return Err(
-                qkindex::Error::invalid_param("key", key.len(), "not head_dim values").into(),
-            );
-        }
+        check_key(key, self.hd)?;
         let id = u32::try_from(self.n)
             .map_err(|_| qkindex::Error::invalid_param("rest", self.n, "beyond u32 ids"))?;
         for set in &mut self.sets {
@@ -153,15 +149,10 @@ mod tests {
     use super::*;
     use crate::retrieval::ids::RestId;
     use crate::retrieval::policy::{PolicyConfig, PolicyKind};
-    use crate::retrieval::selector::testing::{assert_valid, Synth};
+    use crate::retrieval::selector::testing::{assert_valid, small_cfg, Synth};
 
     fn cfg(k: usize, window: usize) -> PolicyConfig {
-        PolicyConfig {
-            sink: 4,
-            window,
-            k,
-            ..PolicyConfig::new(PolicyKind::Snapkv)
-        }
+        small_cfg(PolicyKind::Snapkv, k, window)
     }
 
     #[test]
