@@ -57,6 +57,13 @@ pub struct TasksArgs {
     /// per budget (`full` and `static` once).
     #[arg(long, value_delimiter = ',', default_value = "100,1000")]
     pub budgets: Vec<usize>,
+    /// Feed the question one token per decode step under the policy (as `passkey` does), so
+    /// that every token that must find the needle does so under the policy. By default the
+    /// question is part of the prefill (exact attention) and only the answer is decoded under
+    /// the policy, as sparse-decoding evaluations run, and as SnapKV needs (it chooses its keys
+    /// with the prompt's last queries, which are then the question's).
+    #[arg(long)]
+    pub question_under_policy: bool,
     /// Write tasks.json, tasks.md and tasks.png/.svg here.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -158,8 +165,11 @@ pub fn run(args: TasksArgs, devices: &Devices) -> anyhow::Result<()> {
                 let depth = (t as f64 + 0.5) / args.trials as f64;
                 let sample = gen::generate(task, args.haystack, length, depth, &mut rng, &count)
                     .with_context(|| format!("{} at length {length}", task.name()))?;
-                let context = m.tokenizer.encode(&sample.context)?;
-                let question = m.tokenizer.encode(&sample.question)?;
+                let mut context = m.tokenizer.encode(&sample.context)?;
+                let mut question = m.tokenizer.encode(&sample.question)?;
+                if !args.question_under_policy {
+                    context.append(&mut question);
+                }
                 let answer_tokens = task.answer_tokens();
                 let positions = context.len() + question.len() + answer_tokens;
                 if positions > ctx_len {
@@ -245,6 +255,7 @@ pub fn run(args: TasksArgs, devices: &Devices) -> anyhow::Result<()> {
             .iter()
             .map(|t| (t.name(), t.answer_tokens()))
             .collect(),
+        question_under_policy: args.question_under_policy,
         config: args.policy.config(PolicyKind::Full),
         runs: specs.iter().map(|s| s.label.clone()).collect(),
         cells,

@@ -58,6 +58,8 @@ pub struct Report {
     pub trials: usize,
     pub seed: u64,
     pub answer_tokens: BTreeMap<&'static str, usize>,
+    /// The question was decoded under each policy (else prefilled with the context).
+    pub question_under_policy: bool,
     /// The policy settings shared by every run (`kind` and `k` vary per run).
     pub config: PolicyConfig,
     /// The run labels, in order.
@@ -146,6 +148,12 @@ impl Report {
              0/100 scores, else normal on the mean]. Costs are means over the tasks; `full` \
              scores and attends every key.\n",
         );
+        s.push_str(if self.question_under_policy {
+            "The question was decoded one token per step under each policy, then the answer.\n"
+        } else {
+            "The question was prefilled with the context (exact attention); only the answer was \
+             decoded under each policy.\n"
+        });
         s
     }
 
@@ -228,6 +236,7 @@ mod tests {
             trials: 1,
             seed: 0,
             answer_tokens: BTreeMap::new(),
+            question_under_policy: false,
             config: PolicyConfig::new(PolicyKind::Full),
             runs: vec![
                 "full".into(),
