@@ -14,6 +14,7 @@
 mod gen;
 mod report;
 mod score;
+mod words;
 
 use std::path::PathBuf;
 
