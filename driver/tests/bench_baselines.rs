@@ -28,6 +28,10 @@ fn bench_runs_ivf_vamana_and_robust_vamana() {
             "2000",
             "--repeat",
             "1",
+            // One timed pass: recall is what this test checks (latency passes would search
+            // each query ~16 times more, at ef = n, in the dev profile).
+            "--latency-samples",
+            "0",
             "--out",
         ])
         .arg(&out)
