@@ -35,8 +35,8 @@ pub fn exact_topk<'py>(
     let store = &store;
     let result = interruptible(py, |cancel| {
         let options = KnnOptions {
-            causal: false,
             cancel: cancel.clone(),
+            ..KnnOptions::default()
         };
         knn.topk(data, store, k, &options)
     })?;

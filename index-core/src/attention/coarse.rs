@@ -52,6 +52,7 @@ pub(super) fn topk(
     let options = KnnOptions {
         causal: false,
         cancel: cancel.clone(),
+        visible: None,
     };
     let probes = knn.topk(queries, &part.centroids, nprobe, &options)?;
     let d = keys.dim();
@@ -126,6 +127,7 @@ impl Partition {
         let options = KnnOptions {
             causal: false,
             cancel: cancel.clone(),
+            visible: None,
         };
         for _ in 0..ITERS {
             cancel.check("coarse k-means")?;

@@ -1,7 +1,7 @@
 //! CPU exact top-k: `faer` matrix products over tiles of queries × keys, a bounded heap per
 //! query row, rayon over query tiles.
 
-use super::{check_knn_args, KnnBackend, KnnOptions, KnnResult};
+use super::{check_knn_args, check_visible, KnnBackend, KnnOptions, KnnResult};
 use crate::error::{Error, Result};
 use crate::scratch::TopK;
 use crate::store::KeyStore;
@@ -11,8 +11,9 @@ use rayon::prelude::*;
 
 /// Query rows per tile (one rayon task each).
 const QUERY_TILE: usize = 128;
-/// Key rows per matrix product; a tile of scores is `QUERY_TILE × KEY_TILE` f32 (2 MB).
-const KEY_TILE: usize = 4096;
+/// Key rows per matrix product; a tile of scores is `QUERY_TILE × KEY_TILE` f32 (512 KiB, so
+/// that it stays in L2 between the product that writes it and the selection that reads it).
+const KEY_TILE: usize = 1024;
 
 /// The reference exact-kNN backend.
 #[derive(Clone, Copy, Debug, Default)]
@@ -31,6 +32,7 @@ impl KnnBackend for CpuKnn {
         options: &KnnOptions,
     ) -> Result<KnnResult> {
         let m = check_knn_args(queries, keys, k)?;
+        check_visible(options, m)?;
         let d = keys.dim();
         let n = keys.len();
         let keys32 = keys.to_f32();
@@ -58,10 +60,17 @@ impl KnnBackend for CpuKnn {
                     for h in heaps.iter_mut() {
                         h.reset(k);
                     }
-                    // Causal: query q0 + r sees keys 0..=q0 + r, so no key past the tile's last row.
-                    let key_end = if options.causal { n.min(q0 + qb) } else { n };
-                    let mut k0 = 0;
-                    while k0 < key_end {
+                    // Keys query q0 + r sees: 0..visible[q0 + r], or causal 0..=q0 + r, so none
+                    // past the tile's last row.
+                    let sees = |r: usize| match &options.visible {
+                        Some(v) => (v[q0 + r] as usize).min(n),
+                        None if options.causal => n.min(q0 + r + 1),
+                        None => n,
+                    };
+                    let key_end = (0..qb).map(sees).max().unwrap_or(0);
+                    // Last key tile first: scores tend to rise towards a query's own position
+                    // (recent keys), so the thresholds rise early and fewer scores are kept.
+                    for k0 in (0..key_end).step_by(KEY_TILE).rev() {
                         let kb = KEY_TILE.min(key_end - k0);
                         let lhs = MatRef::from_row_major_slice(q, qb, d);
                         let rhs =
@@ -70,14 +79,9 @@ impl KnnBackend for CpuKnn {
                         matmul(dst, Accum::Replace, lhs, rhs.transpose(), 1.0f32, Par::Seq);
                         for (r, heap) in heaps.iter_mut().enumerate() {
                             let row = &tile[r * kb..(r + 1) * kb];
-                            let limit = if options.causal {
-                                (q0 + r + 1).saturating_sub(k0).min(kb)
-                            } else {
-                                kb
-                            };
+                            let limit = sees(r).saturating_sub(k0).min(kb);
                             heap.push_block(&row[..limit], k0 as u32);
                         }
-                        k0 += kb;
                     }
                     for (r, heap) in heaps.iter_mut().enumerate() {
                         let (i, s) = (&mut *row_ids, &mut *row_scores);
@@ -129,6 +133,41 @@ mod tests {
                 assert!(sc.windows(2).all(|w| w[0] >= w[1]));
             }
         }
+    }
+
+    /// Per-row visible counts mask like causal rows, at any offset and in any order.
+    #[test]
+    fn visible_counts_mask_each_row() {
+        let (m, n, d, k) = (150, 700, 8, 9);
+        let mut rng = crate::synth::Rng::new(4);
+        let q: Vec<f32> = (0..m * d).map(|_| rng.normal()).collect();
+        let kv: Vec<f32> = (0..n * d).map(|_| rng.normal()).collect();
+        let store = KeyStore::from_f32(kv.clone(), d).expect("store");
+        // Two pooled "heads" of 75 positions each over keys that start at position 20;
+        // rows 0..20 of each see nothing, the last row sees more keys than exist.
+        let mut visible: Vec<u32> = (0..m)
+            .map(|i| ((i % 75) as u32).saturating_sub(20))
+            .collect();
+        visible[m - 1] = n as u32 + 5;
+        let options = KnnOptions {
+            visible: Some(visible.clone().into()),
+            ..Default::default()
+        };
+        let r = CpuKnn.topk(&q, &store, k, &options).expect("knn");
+        for i in 0..m {
+            let sees = (visible[i] as usize).min(n);
+            let want = brute(&q[i * d..(i + 1) * d], &kv, d, k, sees.checked_sub(1));
+            let want = if sees == 0 { Vec::new() } else { want };
+            assert_eq!(r.row(i), &want[..], "row {i} sees {sees}");
+        }
+        let short = KnnOptions {
+            visible: Some(vec![1; m - 1].into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            CpuKnn.topk(&q, &store, k, &short),
+            Err(Error::DimensionMismatch { .. })
+        ));
     }
 
     #[test]

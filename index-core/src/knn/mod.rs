@@ -17,6 +17,11 @@ use crate::store::KeyStore;
 pub struct KnnOptions {
     /// Query `i` only sees keys `0..=i` (queries and keys of the same prefill positions).
     pub causal: bool,
+    /// Query `i` only sees keys `0..visible[i]` (one entry per query; overrides `causal`):
+    /// causal masks of queries that are not one per key position, such as a GQA group's
+    /// pooled queries over a key range that starts after the sinks. Backends that cannot mask
+    /// per row return [`Error::Backend`].
+    pub visible: Option<std::sync::Arc<[u32]>>,
     /// Checked between tiles; a set flag ends the computation with [`Error::Cancelled`].
     pub cancel: Cancel,
 }
@@ -78,6 +83,18 @@ pub trait KnnBackend: Send + Sync {
         k: usize,
         options: &KnnOptions,
     ) -> Result<KnnResult>;
+}
+
+/// Validates `options.visible` against `m` queries (one entry each).
+pub fn check_visible(options: &KnnOptions, m: usize) -> Result<()> {
+    match &options.visible {
+        Some(v) if v.len() != m => Err(Error::DimensionMismatch {
+            what: "visible key counts (one per query)",
+            expected: m,
+            got: v.len(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Validates the arguments of [`KnnBackend::topk`]; returns the number of queries.

@@ -179,6 +179,7 @@ pub(super) fn build(
             &KnnOptions {
                 causal: false,
                 cancel: cancel.clone(),
+                visible: None,
             },
         )?;
         stats.knn_s = t.elapsed().as_secs_f64();

@@ -207,6 +207,11 @@ impl KnnBackend for CudaKnn {
         k: usize,
         options: &KnnOptions,
     ) -> qkindex::Result<KnnResult> {
+        // The kernels mask causally by row position only; per-row visible counts (pooled GQA
+        // queries, a key range after the sinks) run on the CPU reference instead.
+        if options.visible.is_some() {
+            return qkindex::CpuKnn.topk(queries, keys, k, options);
+        }
         Ok(self.run(queries, keys, k, options)?.0)
     }
 }
