@@ -38,9 +38,19 @@ impl DumpInput {
     }
 
     /// The training queries of query head `h` ([`training_queries`] with these flags).
-    pub fn training_queries(&self, q: &HeadTensor, h: usize, kv: usize, group: usize) -> Vec<f32> {
+    pub fn training_queries(&self, q: &HeadTensor, h: usize, kv: usize, group: usize) -> Training {
         training_queries(q, h, kv, group, !self.no_pool, self.max_train)
     }
+}
+
+/// Training queries, and for each the number of keys its position could attend to (the
+/// dump's keys are its prefill positions, so the query at position `t` sees `t + 1`).
+#[derive(Debug)]
+pub struct Training {
+    /// Row-major f32, the dump's head dimension wide.
+    pub rows: Vec<f32>,
+    /// One count per row (read by causal builds: `attention:causal=true`).
+    pub visible: Vec<u32>,
 }
 
 /// The layers and query heads a run covers: the given ones, or every one the dump has.
@@ -80,7 +90,7 @@ fn training_queries(
     group: usize,
     pool: bool,
     max: usize,
-) -> Vec<f32> {
+) -> Training {
     let heads: Vec<usize> = if pool {
         (kv * group..(kv + 1) * group).collect()
     } else {
@@ -88,19 +98,22 @@ fn training_queries(
     };
     let d = q.dim;
     let mut out = Vec::with_capacity(heads.len() * q.rows * d);
+    let mut visible = Vec::with_capacity(heads.len() * q.rows);
     for hh in heads {
         out.extend_from_slice(q.head(hh));
+        visible.extend((1..=q.rows).map(|t| t as u32));
     }
     let rows = out.len() / d;
     if max > 0 && rows > max {
         let step = rows as f64 / max as f64;
-        let picked: Vec<f32> = (0..max)
-            .flat_map(|i| {
-                let r = (i as f64 * step) as usize;
-                out[r * d..(r + 1) * d].to_vec()
-            })
-            .collect();
-        return picked;
+        let pick: Vec<usize> = (0..max).map(|i| (i as f64 * step) as usize).collect();
+        return Training {
+            rows: pick
+                .iter()
+                .flat_map(|&r| out[r * d..(r + 1) * d].iter().copied())
+                .collect(),
+            visible: pick.iter().map(|&r| visible[r]).collect(),
+        };
     }
-    out
+    Training { rows: out, visible }
 }

@@ -149,6 +149,88 @@ fn synth_graphs_hold_invariants() {
     }
 }
 
+/// Causal builds from visible key counts (issue 27): counts of one query per key position
+/// build the graph plain `causal` builds; pooled queries of three "heads" over keys that start
+/// after 16 sinks, thinned or not, keep every invariant; thinning causal queries without their
+/// counts, or a count per query missing, are typed errors.
+#[test]
+fn causal_builds_from_visible_counts() {
+    let (n, dim, sinks, group) = (600, 16, 16, 3);
+    let data = ood(n + sinks, 20, dim, 12);
+    let keys = Arc::new(KeyStore::from_f32(data.keys[sinks * dim..].to_vec(), dim).expect("keys"));
+    let causal = AttentionParams {
+        causal: true,
+        ..AttentionParams::default()
+    };
+    let cancel = qkindex::Cancel::new();
+    let own: Vec<u32> = (1..=n as u32).collect();
+    let train = &data.train_queries[..n * dim];
+    let plain = build(&keys, train, &causal);
+    let counted =
+        AttentionIndex::build_visible(keys.clone(), train, &own, &causal, &CpuKnn, &cancel)
+            .expect("build");
+    let (a, b) = (
+        plain.graph().expect("graph"),
+        counted.graph().expect("graph"),
+    );
+    assert!((0..n as u32).all(|v| a.neighbors(v) == b.neighbors(v)));
+    assert_eq!(plain.entries(), counted.entries());
+
+    // Head-major pooled queries at positions 0..n + sinks.
+    let positions = n + sinks;
+    let pooled: Vec<f32> = (0..group)
+        .flat_map(|_| data.train_queries[..positions * dim].iter().copied())
+        .collect();
+    let visible: Vec<u32> = (0..group)
+        .flat_map(|_| (0..positions).map(|t| (t + 1).saturating_sub(sinks).min(n) as u32))
+        .collect();
+    for (what, queries_per_key) in [("pooled", 0.0), ("pooled, thinned", 1.0)] {
+        let params = AttentionParams {
+            queries_per_key,
+            ..causal.clone()
+        };
+        let index = AttentionIndex::build_visible(
+            keys.clone(),
+            &pooled,
+            &visible,
+            &params,
+            &CpuKnn,
+            &cancel,
+        )
+        .expect("build");
+        check_invariants(&index, n, &params, what);
+        check_exact_at_full_ef(&index, &data.test_queries, dim, what);
+        let rows = if queries_per_key > 0.0 {
+            n
+        } else {
+            group * positions
+        };
+        assert_eq!(index.build_stats().train_queries, rows, "{what}");
+    }
+    let thinned = AttentionParams {
+        queries_per_key: 1.0,
+        ..causal.clone()
+    };
+    assert!(matches!(
+        AttentionIndex::build(keys.clone(), &pooled, &thinned, &CpuKnn),
+        Err(Error::InvalidParam {
+            name: "queries_per_key",
+            ..
+        })
+    ));
+    assert!(matches!(
+        AttentionIndex::build_visible(
+            keys.clone(),
+            &pooled,
+            &visible[1..],
+            &causal,
+            &CpuKnn,
+            &cancel
+        ),
+        Err(Error::DimensionMismatch { .. })
+    ));
+}
+
 #[test]
 fn default_recent_entry_is_the_last_key() {
     let data = ood(500, 4, 16, 3);

@@ -127,7 +127,6 @@ fn build_cost_keys_reject_what_they_cannot_do() {
         ("attention:queries-per-key=-1", "queries-per-key"),
         ("attention:queries-per-key=NaN", "queries-per-key"),
         ("attention:queries-per-key=inf", "queries-per-key"),
-        ("attention:causal=true,queries-per-key=1", "queries-per-key"),
         ("attention:causal=true,knn-probe=8", "knn-probe"),
         ("attention:knn-probe=-2", "knn-probe"),
         ("attention:prune-cands=many", "prune-cands"),

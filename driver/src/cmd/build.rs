@@ -16,7 +16,7 @@ use half::f16;
 use qkindex::dump::Part;
 use qkindex::io::bundle::BundleWriter;
 use qkindex::io::{AnyIndex, Persist};
-use qkindex::{IndexSpec, KeyStore};
+use qkindex::{Cancel, IndexSpec, KeyStore};
 use qkindex_driver::devices::Devices;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -71,12 +71,21 @@ pub fn run(args: BuildArgs, devices: &Devices) -> Result<()> {
             let index = match shared.get(&kv) {
                 Some(index) if per_kv => index.clone(),
                 _ => {
-                    let train = if spec.needs_queries() {
-                        args.input.training_queries(&q_all, h, kv, group)
+                    let (train, visible) = if spec.needs_queries() {
+                        let t = args.input.training_queries(&q_all, h, kv, group);
+                        (t.rows, Some(t.visible))
                     } else {
-                        Vec::new()
+                        (Vec::new(), None)
                     };
-                    spec.build(keys.clone(), &train, devices.knn())?
+                    let knn = devices.knn();
+                    spec.build_visible(
+                        keys.clone(),
+                        &train,
+                        visible.as_deref(),
+                        knn,
+                        &Cancel::new(),
+                    )?
+                    .index
                 }
             };
             bundle.write_index(layer, h, kv, index.as_persist() as &dyn Persist, key_ref)?;

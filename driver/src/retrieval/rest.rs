@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use qkindex::io::AnyIndex;
 use qkindex::{
-    AnnIndex, AttentionIndex, Dtype, FlatIndex, IndexSpec, KeyStore, KnnBackend, Scratch,
+    AnnIndex, AttentionIndex, Cancel, Dtype, FlatIndex, IndexSpec, KeyStore, KnnBackend, Scratch,
     SearchOutput, SearchParams,
 };
 
@@ -36,16 +36,20 @@ pub enum RestIndex {
 impl RestIndex {
     /// Builds the index `spec` names over `keys` (`n × dim` row-major, stored as `dtype`), with
     /// `train_queries` for the kinds that learn from queries and `knn` for their exact top-k.
+    /// `visible`: for each training query, the keys its position could attend to (read by
+    /// causal builds, [`IndexSpec::build_visible`]).
     pub fn build(
         spec: &IndexSpec,
         keys: Vec<f32>,
         dim: usize,
-        train_queries: &[f32],
+        train: (&[f32], Option<&[u32]>),
         dtype: Dtype,
         knn: &dyn KnnBackend,
     ) -> qkindex::Result<Self> {
         let store = Arc::new(KeyStore::from_f32_as(keys, dim, dtype)?);
-        Ok(match spec.build(store, train_queries, knn)? {
+        let (queries, visible) = train;
+        let built = spec.build_visible(store, queries, visible, knn, &Cancel::new())?;
+        Ok(match built.index {
             AnyIndex::Attention(a) => RestIndex::Attention(a),
             AnyIndex::Flat(f) => RestIndex::Flat(f),
             index => RestIndex::Frozen {

@@ -46,6 +46,7 @@ pub struct BuildStats {
 pub(super) fn build(
     keys: Arc<KeyStore>,
     train_queries: &[f32],
+    visible: Option<&[u32]>,
     params: &AttentionParams,
     knn: &dyn KnnBackend,
     cancel: &Cancel,
@@ -59,6 +60,29 @@ pub(super) fn build(
     let kq = params.kq.min(n);
     let key_queries = (params.train_on == TrainOn::Keys).then(|| keys.to_f32());
     let queries = key_queries.as_deref().unwrap_or(train_queries);
+    // Causal with per-row counts: checked against the rows before thinning, then thinned alike.
+    let visible = match visible.filter(|_| params.causal && key_queries.is_none()) {
+        Some(v) => {
+            let m = queries.len() / keys.dim().max(1);
+            if v.len() != m {
+                return Err(Error::DimensionMismatch {
+                    what: "visible key counts (one per training query)",
+                    expected: m,
+                    got: v.len(),
+                });
+            }
+            Some(thin(v, 1, params.queries_per_key, n).into_owned().into())
+        }
+        None if params.causal && params.queries_per_key > 0.0 => {
+            return Err(Error::invalid_param(
+                "queries_per_key",
+                params.queries_per_key,
+                "cannot thin causal training queries without their visible key counts \
+                 (row i must be position i)",
+            ));
+        }
+        None => None,
+    };
     let queries = thin(queries, keys.dim(), params.queries_per_key, n);
     let lists = match params.knn_probe {
         0 => knn.topk(
@@ -67,6 +91,7 @@ pub(super) fn build(
             kq,
             &KnnOptions {
                 causal: params.causal,
+                visible,
                 cancel: cancel.clone(),
             },
         )?,
@@ -136,7 +161,7 @@ pub(super) fn build(
 /// (`dim` columns), evenly strided (row `⌊i · m / max⌋` for `i < max`), in their order; all of
 /// them when `per_key` is 0 or they are fewer. Rows that do not divide into `dim` columns are
 /// passed on whole, for the kNN to reject.
-fn thin(queries: &[f32], dim: usize, per_key: f64, n: usize) -> std::borrow::Cow<'_, [f32]> {
+fn thin<T: Clone>(queries: &[T], dim: usize, per_key: f64, n: usize) -> std::borrow::Cow<'_, [T]> {
     let m = queries.len() / dim.max(1);
     let max = (per_key * n as f64).ceil() as usize;
     if per_key <= 0.0 || max >= m || !queries.len().is_multiple_of(dim.max(1)) {

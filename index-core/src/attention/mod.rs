@@ -93,7 +93,7 @@ impl AttentionIndex {
         params: &AttentionParams,
         knn: &dyn KnnBackend,
     ) -> Result<Self> {
-        build::build(keys, train_queries, params, knn, &Cancel::new())
+        build::build(keys, train_queries, None, params, knn, &Cancel::new())
     }
 
     /// [`AttentionIndex::build`] that stops with [`Error::Cancelled`] once `cancel` is set
@@ -105,7 +105,25 @@ impl AttentionIndex {
         knn: &dyn KnnBackend,
         cancel: &Cancel,
     ) -> Result<Self> {
-        build::build(keys, train_queries, params, knn, cancel)
+        build::build(keys, train_queries, None, params, knn, cancel)
+    }
+
+    /// [`AttentionIndex::build_with`] where training query `i` could attend to keys
+    /// `0..visible[i]` only (one count per query). With `params.causal` each query's top-`kq`
+    /// comes from those keys alone (and `queries_per_key` may thin the queries); without it the
+    /// counts are not read. A GQA group's queries pooled head-major over `p` positions, against
+    /// keys that start at position `s`, have `visible[h·p + t] = t + 1 − s` (0 below `s`).
+    ///
+    /// Errors: those of [`AttentionIndex::build`]; a count per query missing or extra.
+    pub fn build_visible(
+        keys: Arc<KeyStore>,
+        train_queries: &[f32],
+        visible: &[u32],
+        params: &AttentionParams,
+        knn: &dyn KnnBackend,
+        cancel: &Cancel,
+    ) -> Result<Self> {
+        build::build(keys, train_queries, Some(visible), params, knn, cancel)
     }
 
     /// Assembles an index from parts (used by loaders); validates ids and sizes.

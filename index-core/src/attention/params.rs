@@ -110,7 +110,10 @@ pub struct AttentionParams {
     pub build_ef: usize,
     /// `ef` of searches that do not set one (raised to `k` when smaller).
     pub default_ef: usize,
-    /// Training query `i` only sees keys `0..=i`.
+    /// Each training query's top-`kq` comes only from the keys it could attend to: keys
+    /// `0..=i` for query `i`, or the counts the build is given per query
+    /// ([`crate::AttentionIndex::build_visible`]: a GQA group's pooled queries, keys after the
+    /// sinks). Thinning (`queries_per_key`) needs those counts.
     pub causal: bool,
     /// What the kNN runs on (not written to files when it is the queries, so files of
     /// query-trained graphs stay as they were).
@@ -245,13 +248,6 @@ impl AttentionParams {
                 "knn_probe",
                 self.knn_probe,
                 "the coarse kNN has no causal mode (use the exact kNN with causal)",
-            ));
-        }
-        if self.causal && self.queries_per_key > 0.0 {
-            return Err(Error::invalid_param(
-                "queries_per_key",
-                self.queries_per_key,
-                "cannot thin causal training queries (row i must be position i)",
             ));
         }
         if let Projection::Rank { window: 0 } = self.projection {

@@ -220,10 +220,26 @@ impl IndexSpec {
         knn: &dyn KnnBackend,
         cancel: &Cancel,
     ) -> Result<BuiltIndex> {
+        self.build_visible(keys, train_queries, None, knn, cancel)
+    }
+
+    /// [`IndexSpec::build_with`] with the number of keys each training query could attend to
+    /// (`visible`, one per query; see [`AttentionIndex::build_visible`]). Only a causal
+    /// query-aware graph reads them; every other spec builds as without them.
+    pub fn build_visible(
+        &self,
+        keys: Arc<KeyStore>,
+        train_queries: &[f32],
+        visible: Option<&[u32]>,
+        knn: &dyn KnnBackend,
+        cancel: &Cancel,
+    ) -> Result<BuiltIndex> {
         let index: AnyIndex = match self {
-            IndexSpec::Attention(p) => {
-                AttentionIndex::build_with(keys, train_queries, p, knn, cancel)?.into()
+            IndexSpec::Attention(p) => match visible {
+                Some(v) => AttentionIndex::build_visible(keys, train_queries, v, p, knn, cancel)?,
+                None => AttentionIndex::build_with(keys, train_queries, p, knn, cancel)?,
             }
+            .into(),
             IndexSpec::Flat => {
                 cancel.check("FlatIndex build")?;
                 FlatIndex::new(keys).into()

@@ -30,6 +30,8 @@ pub struct HeadInput<'a> {
     pub keys: &'a Arc<KeyStore>,
     /// Training queries (row-major f32).
     pub train: &'a [f32],
+    /// Keys each training query could attend to (read by causal builds).
+    pub visible: &'a [u32],
     pub layer: usize,
     pub head: usize,
 }
@@ -162,7 +164,8 @@ pub fn build(spec: &IndexSpec, input: &HeadInput<'_>, knn: &dyn KnnBackend) -> R
             input.keys.len()
         ))
     });
-    let built = spec.build_with(input.keys.clone(), input.train, knn, &Cancel::new());
+    let (keys, visible) = (input.keys.clone(), Some(input.visible));
+    let built = spec.build_visible(keys, input.train, visible, knn, &Cancel::new());
     if let Some(s) = spinner {
         s.finish_and_clear();
     }

@@ -169,7 +169,8 @@ pub fn run(args: BenchArgs, devices: &Devices) -> Result<()> {
             }
             let input = kinds::HeadInput {
                 keys: &keys,
-                train: &train,
+                train: &train.rows,
+                visible: &train.visible,
                 layer,
                 head: h,
             };

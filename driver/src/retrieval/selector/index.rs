@@ -15,11 +15,12 @@ pub(super) fn build_rest(
     prefill: &HeadPrefill<'_>,
     spec: &IndexSpec,
 ) -> Result<RestIndex, ModelError> {
+    let visible = prefill.visible();
     Ok(RestIndex::build(
         spec,
         prefill.rest_keys().to_vec(),
         prefill.head_dim,
-        prefill.queries()?,
+        (prefill.queries()?, Some(&visible)),
         prefill.cfg.store,
         prefill.knn,
     )?)

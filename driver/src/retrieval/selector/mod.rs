@@ -171,6 +171,18 @@ impl<'a> HeadPrefill<'a> {
         &self.keys[self.split.sink * hd..self.split.end * hd]
     }
 
+    /// For each row of [`HeadPrefill::queries`], the rest keys its position could attend to:
+    /// rest id `i` is position `sink + i`, so the query at position `t` sees
+    /// `min(t + 1 − sink, rest)` of them (0 for the sinks' own queries).
+    pub fn visible(&self) -> Vec<u32> {
+        let Split { sink, end, n } = self.split;
+        let rest = end - sink;
+        let one: Vec<u32> = (0..n)
+            .map(|t| (t + 1).saturating_sub(sink).min(rest) as u32)
+            .collect();
+        one.repeat(self.group)
+    }
+
     /// The prefill queries of the group's query heads: `group × n × head_dim`, query head
     /// `j`'s `n` rows at `j · n · head_dim` (an error when the layer's were not captured or
     /// have the wrong size).
@@ -344,5 +356,38 @@ pub(super) mod testing {
             assert!((id.0 as usize) < n_keys, "id {} of {n_keys} keys", id.0);
             assert!(seen.insert(id.0), "id {} twice", id.0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{small_cfg, Synth};
+    use super::PolicyKind;
+
+    /// Rest id `i` is position `sink + i`: the query at position `t` sees `t + 1 − sink` rest
+    /// keys (none for the sinks' own queries, all of them from the window on), alike for every
+    /// query head of the group; a causal, thinned build reads them.
+    #[test]
+    fn visible_counts_follow_positions_and_train_causal_builds() {
+        let mut cfg = small_cfg(PolicyKind::IndexTopk, 8, 8);
+        cfg.index = "attention:causal=true,queries-per-key=1,kq=8"
+            .parse()
+            .expect("spec");
+        let (n, group) = (40, 3);
+        let s = Synth::new(cfg, n, 16, group, 7);
+        let prefill = s.prefill();
+        let rest = s.split.end - s.split.sink;
+        assert_eq!((s.split.sink, rest), (4, 28));
+        let visible = prefill.visible();
+        assert_eq!(visible.len(), group * n);
+        let want: Vec<u32> = (0..n)
+            .map(|t| (t + 1).saturating_sub(4).min(rest) as u32)
+            .collect();
+        for j in 0..group {
+            assert_eq!(visible[j * n..(j + 1) * n], want[..], "query head {j}");
+        }
+        assert_eq!((want[3], want[4], want[31], want[39]), (0, 1, 28, 28));
+        let built = super::index::build_rest(&prefill, &prefill.cfg.index).expect("causal build");
+        assert_eq!(built.len(), rest);
     }
 }
