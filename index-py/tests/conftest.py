@@ -47,6 +47,7 @@ def subset():
 
 
 MODEL = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA3 = REPO / "models" / "gemma-3-270m-q4_k_m.gguf"
 
 
 def need(module: str):
@@ -64,16 +65,16 @@ def need(module: str):
         pytest.skip(msg)
 
 
-@pytest.fixture(scope="session")
-def smollm2():
-    """SmolLM2-135M through transformers, from our GGUF file (no hub), float32, eval mode."""
+def _gguf_model(path: Path, name: str):
+    """A model through transformers from one of our GGUF files (no hub), float32, eval mode;
+    skips without the file or the packages (fails where ``CI`` is set)."""
     import os
 
     need("torch")
     need("transformers")
     need("gguf")
-    if not MODEL.is_file():
-        msg = f"{MODEL} not found (scripts/get-model.sh --model smollm2-135m fetches it)"
+    if not path.is_file():
+        msg = f"{path} not found (scripts/get-model.sh --model {name} fetches it)"
         if os.environ.get("CI"):
             pytest.fail(f"CI: {msg}")
         pytest.skip(msg)
@@ -81,6 +82,18 @@ def smollm2():
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(MODEL.parent), gguf_file=MODEL.name,
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
                                                  dtype=torch.float32)
     return model.eval()
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """SmolLM2-135M-Instruct (Llama family)."""
+    return _gguf_model(MODEL, "smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def gemma3():
+    """Gemma 3 270M (sliding-window and global layers, QK norms)."""
+    return _gguf_model(GEMMA3, "gemma3-270m")

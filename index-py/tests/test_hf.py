@@ -1,6 +1,6 @@
-"""qkindex.hf on SmolLM2-135M loaded by transformers from our GGUF file: capture equals the
-driver's dump; RetrievalAttention equals full attention where it selects every key, and its
-statistics are those of its selections. Skipped where torch / transformers / the model are
+"""qkindex.hf on SmolLM2-135M and Gemma 3 270M loaded by transformers from our GGUF files:
+capture equals the driver's dump; RetrievalAttention equals full attention where it selects
+every key, and its statistics are those of its selections. Skipped where torch / transformers / the model are
 missing; failures in CI.
 
 The fixture ``fixtures/smollm2-driver-64`` is the driver's dump of the first 64 prompt ids of
@@ -45,6 +45,44 @@ def test_capture_equals_the_driver_dump(smollm2, tmp_path):
             got, want = getattr(dump, part)(layer), getattr(ref, part)(layer)
             assert got.shape == want.shape
             assert rel_err(got, want) < 2e-3, (layer, part, rel_err(got, want))
+
+
+def test_gemma3_capture_equals_the_driver_dump(gemma3, tmp_path):
+    """Gemma 3: a local (sliding-window) layer and a global one, post-QK-norm and post-RoPE
+    (10K and 1M bases), against ``fixtures/gemma3-driver-48``::
+
+        qkindex dump --model gemma3-270m --ids ids48.npy --layers 0,5 --decode 0 --dtype f16 \\
+            --device cpu --out fixtures/gemma3-driver-48
+    """
+    fixture = FIXTURE.parent / "gemma3-driver-48"
+    ids = np.load(fixture / "prompt_ids.npy")
+    dump = hf.capture(gemma3, torch.from_numpy(ids.astype(np.int64)), layers=[0, 5],
+                      out=tmp_path / "cap")
+    ref = qkindex.load_dump(fixture)
+    for key in ("n_q_heads", "n_kv_heads", "head_dim", "n_prefill", "n_layers", "rope_theta"):
+        assert dump.manifest[key] == ref.manifest[key], key
+    for layer in (0, 5):
+        for part in ("q", "k", "v"):
+            got, want = getattr(dump, part)(layer), getattr(ref, part)(layer)
+            assert got.shape == want.shape
+            assert rel_err(got, want) < 2e-3, (layer, part, rel_err(got, want))
+
+
+def test_gemma3_retrieval_that_selects_every_key_equals_full_attention(gemma3):
+    """On Gemma 3 only the 3 global layers retrieve (the sliding ones keep sdpa); a k that
+    covers the rest makes index-topk attend every key, so the perplexity is full attention's."""
+    ids = torch.from_numpy(np.load(FIXTURE.parent / "gemma3-driver-48" / "prompt_ids.npy")
+                           .astype(np.int64))
+    full = hf.perplexity(gemma3, ids, prefill=30)
+    ra = hf.RetrievalAttention(gemma3, "index-topk", sink=4, window=8, k=48, ef=64,
+                               build={"kq": 8})
+    assert [m.layer_idx for m in ra.layers] == [5, 11, 17]
+    got = hf.perplexity(gemma3, ids, prefill=30, attention=ra)
+    assert got["tokens"] == full["tokens"] == 17
+    assert abs(got["nll"] - full["nll"]) < 1e-4
+    st = ra.stats()
+    assert st["recall"] == 1.0 and abs(st["mass_ratio"] - 1.0) < 1e-5
+    assert st["selections"] == 17 * 3 * 4
 
 
 def test_capture_checks_its_arguments(smollm2, tmp_path):
