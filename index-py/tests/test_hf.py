@@ -157,3 +157,39 @@ def test_policy_arguments_are_checked(smollm2):
         hf.RetrievalAttention(smollm2, "full")
     with pytest.raises(ValueError, match="window: must be at least 1"):
         hf.RetrievalAttention(smollm2, "static", window=0)
+
+
+def _decode_nll(model, ids, prefill, cache, steps):
+    """Prefill ``ids[:prefill]`` into ``cache``; yields the nll of each next token over
+    ``steps`` decode steps (a generator, so that two sequences can interleave)."""
+    model(input_ids=ids[None, :prefill], cache=cache, use_cache=True, logits_to_keep=1)
+    for t in range(prefill, prefill + steps):
+        out = model(input_ids=ids[None, t:t + 1], cache=cache, use_cache=True)
+        logp = torch.log_softmax(out.logits[0, -1].to(torch.float32), dim=-1)
+        yield -float(logp[ids[t + 1]])
+
+
+def test_retrieval_caches_keep_each_sequence_its_own_indexes(smollm2):
+    """Two sequences decoded in turns, each in its own RetrievalCache, score exactly as each
+    decoded alone; a cropped cache has no indexes left, so a decode step says so."""
+    ids = _ids(400)
+    a, b = ids[:200], ids[150:350]
+    ra = hf.RetrievalAttention(smollm2, "index-topk", sink=8, window=32, k=16, ef=32,
+                               build={"kq": 20}, measure=False)
+    with torch.no_grad(), ra:
+        alone = [list(_decode_nll(smollm2, s, 150, ra.cache(), 12)) for s in (a, b)]
+        ca, cb = ra.cache(), ra.cache()
+        ga, gb = _decode_nll(smollm2, a, 150, ca, 12), _decode_nll(smollm2, b, 150, cb, 12)
+        turns = [[], []]
+        for _ in range(12):
+            turns[0].append(next(ga))
+            turns[1].append(next(gb))
+        assert turns == alone
+        assert sorted(ca.retrieval) == sorted(cb.retrieval) == list(range(30))
+        assert ca.retrieval[0][0] is not cb.retrieval[0][0]
+        # The last step saw 162 positions: a rest of 162 - 32 - 8 keys (110 at the prefill).
+        assert len(ca.retrieval[0][0]) == len(cb.retrieval[0][0]) == 162 - 32 - 8
+        ca.crop(-62)  # transformers 5: a negative count of tokens to drop (162 -> 100)
+        assert ca.retrieval == {}
+        with pytest.raises(RuntimeError, match="decode before a prefill"):
+            smollm2(input_ids=a[None, 100:101], cache=ca, use_cache=True)

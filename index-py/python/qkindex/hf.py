@@ -16,13 +16,15 @@ what the function does depends on the handler attached to that module:
   by the step's queries of their group.
 
 Models: Llama-family (SmolLM2) and Gemma 3 (its sliding-window layers keep sdpa with their
-mask: nothing to retrieve there). Batch size 1. The model's ``KV cache`` is transformers' own
-(``DynamicCache``): decode steps read every key from it, the index only chooses which.
+mask: nothing to retrieve there). Batch size 1. The keys and values stay in the model's cache:
+decode steps read the attended ones from it, the index only chooses which. :class:`RetrievalCache`
+(a ``DynamicCache``) also holds a sequence's indexes; the attention function finds it because
+the attention module updates its cache just before calling the function.
 
     model = AutoModelForCausalLM.from_pretrained(dir, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
     dump = qkindex.hf.capture(model, ids, layers=[9], out="dump")
     with qkindex.hf.RetrievalAttention(model, "index-topk", k=100) as ra:
-        model.generate(ids, max_new_tokens=32)
+        model.generate(ids, max_new_tokens=32, cache=ra.cache())
     print(ra.stats())
 """
 
@@ -31,13 +33,14 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
-from transformers import AttentionInterface
+from transformers import AttentionInterface, DynamicCache
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
@@ -62,6 +65,51 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
 
 AttentionInterface.register(ATTENTION_NAME, _attention)
 AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+
+# The cache whose ``update`` ran last in this thread: a model's attention module updates the
+# cache with its new keys and values, then calls the attention function, which takes the cache
+# from here (and clears it, so that a plain cache is never mistaken for the last one).
+_UPDATED = threading.local()
+
+
+def _take_updated_cache() -> Optional["RetrievalCache"]:
+    cache = getattr(_UPDATED, "cache", None)
+    _UPDATED.cache = None
+    return cache
+
+
+class RetrievalCache(DynamicCache):
+    """A ``DynamicCache`` that also holds the retrieval state of one sequence: per global
+    layer, one ``AttentionIndex`` per KV head over the keys between the sinks and the window
+    (``retrieval``), built by :class:`RetrievalAttention` at the prefill and grown at each
+    decode step as keys leave the window.
+
+    With the state in the cache, each sequence has its own indexes: two generations whose
+    calls interleave (or a cache kept for later turns) never read each other's. Make one with
+    :meth:`RetrievalAttention.cache` and pass it as the model's cache (``cache=`` in
+    transformers 5.x, ``past_key_values=`` before). Under a plain ``DynamicCache``,
+    ``RetrievalAttention`` keeps one state of its own (the last prefill's).
+
+    ``reset`` and ``crop`` drop the indexes (a cropped cache has fewer keys than they hold):
+    the next call must then be a prefill, and a decode step raises ``RuntimeError``.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.retrieval: Dict[int, List[Optional[AttentionIndex]]] = {}
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
+        _UPDATED.cache = self
+        return out
+
+    def reset(self) -> None:
+        super().reset()
+        self.retrieval.clear()
+
+    def crop(self, max_length: int) -> None:
+        super().crop(max_length)
+        self.retrieval.clear()
 
 
 def attention_layers(model) -> List[torch.nn.Module]:
@@ -180,8 +228,12 @@ class RetrievalAttention:
 
     Use as a context manager around ``model(...)`` / ``model.generate(...)``: a call whose
     queries cover the whole cache (a prefill) attends exactly and (re)builds the state; calls
-    of one token are decode steps. Every ``stats()`` figure sums over decode steps, layers and
-    query heads.
+    of one token are decode steps. The state lives in the model's cache when it is a
+    :class:`RetrievalCache` (``ra.cache()``; one per sequence), else in this object. Every
+    ``stats()`` figure sums over decode steps, layers and query heads.
+
+        with qkindex.hf.RetrievalAttention(model, "index-topk") as ra:
+            model.generate(ids, max_new_tokens=32, cache=ra.cache())
     """
 
     def __init__(self, model, policy: str = "index-topk", *, sink: int = 128, window: int = 512,
@@ -205,10 +257,17 @@ class RetrievalAttention:
         modules = attention_layers(model)
         self.layers = [m for m in modules if not _is_sliding(m)]
         # Per global layer, one index per KV head over its rest (id i = position sink + i);
-        # None where the policy builds none.
+        # None where the policy builds none. The state of the last prefill: a RetrievalCache's
+        # own (``cache.retrieval``), or this object's under a plain cache.
         self.heads: Dict[int, List[Optional[AttentionIndex]]] = {}
+        self._own: Dict[int, List[Optional[AttentionIndex]]] = self.heads
         self._installed: Optional[_Installed] = None
         self.reset_stats()
+
+    def cache(self) -> RetrievalCache:
+        """A new :class:`RetrievalCache` for this model: pass it as the model's cache so that the
+        sequence keeps its own indexes."""
+        return RetrievalCache(config=self.model.config)
 
     # -- installation -------------------------------------------------------------------
     def __enter__(self) -> "RetrievalAttention":
@@ -251,6 +310,8 @@ class RetrievalAttention:
 
     # -- the attention function -----------------------------------------------------------
     def _attend(self, module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
+        cache = _take_updated_cache()
+        state = cache.retrieval if isinstance(cache, RetrievalCache) else self._own
         q_len, n = query.shape[2], key.shape[2]
         if query.shape[0] != 1:
             raise ValueError(f"RetrievalAttention: batch size 1 only, got {query.shape[0]}")
@@ -259,18 +320,20 @@ class RetrievalAttention:
             out = sdpa_attention_forward(module, query, key, value, attention_mask,
                                          scaling=scaling, dropout=dropout, **kw)
             if q_len == n:
-                self._prefill(module, query, key)
+                self._prefill(state, module, query, key)
             return out
-        return self._decode(module, query, key, value, scaling), None
+        return self._decode(state, module, query, key, value, scaling), None
 
-    def _prefill(self, module, query, key) -> None:
-        """Builds the (layer, KV head) indexes after a prefill of ``n`` positions."""
+    def _prefill(self, state, module, query, key) -> None:
+        """Builds the (layer, KV head) indexes of ``state`` after a prefill of ``n``
+        positions."""
+        self.heads = state
         layer, n = module.layer_idx, key.shape[2]
         kvh, h = key.shape[1], query.shape[1]
         group = h // kvh
         rest_end = n - self.window
         if self.policy != "index-topk" or rest_end <= self.sink:
-            self.heads[layer] = [None] * kvh
+            state[layer] = [None] * kvh
             return
         t0 = time.perf_counter()
         keys = key[0, :, self.sink:rest_end].detach()
@@ -286,12 +349,12 @@ class RetrievalAttention:
 
         with ThreadPoolExecutor(min(self.threads, kvh)) as pool:
             built = list(pool.map(build, range(kvh)))
-        self.heads[layer] = built
+        state[layer] = built
         self._s["build_s"] += time.perf_counter() - t0
         self._s["prefill_keys"] = n
 
-    def _decode(self, module, query, key, value, scaling) -> torch.Tensor:
-        """One decode position: attention output ``[1, 1, heads, head_dim]``."""
+    def _decode(self, state, module, query, key, value, scaling) -> torch.Tensor:
+        """One decode position under ``state``: attention output ``[1, 1, heads, head_dim]``."""
         layer = module.layer_idx
         n, kvh, h, d = key.shape[2], key.shape[1], query.shape[1], query.shape[3]
         group = h // kvh
@@ -299,13 +362,14 @@ class RetrievalAttention:
         rest_end = n - self.window
         q = query[0, :, 0].to(torch.float32)  # [h, d]
         keys, vals = key[0], value[0]  # [kvh, n, d]
-        heads = self.heads.get(layer)
+        heads = state.get(layer)
         t0 = time.perf_counter()
         picked: List[torch.Tensor] = []
         dcs = 0
         if self.policy == "index-topk":
             if heads is None:
-                raise RuntimeError(f"layer {layer}: decode before a prefill under RetrievalAttention")
+                raise RuntimeError(f"layer {layer}: decode before a prefill under RetrievalAttention "
+                                   "(or after the cache was reset or cropped)")
             for j, ix in enumerate(heads):
                 qg = q[j * group:(j + 1) * group]
                 if ix is None:
@@ -394,10 +458,9 @@ def perplexity(model, input_ids, prefill: int, attention: Optional[RetrievalAtte
     if not 0 < prefill < n - 1:
         raise ValueError(f"prefill: must be between 1 and {n - 2} (input_ids has {n} tokens), "
                          f"got {prefill}")
-    from transformers import DynamicCache
-
     def run() -> Dict[str, float]:
-        cache = DynamicCache(config=model.config)
+        cache = (attention.cache() if attention is not None
+                 else DynamicCache(config=model.config))
         t0 = time.perf_counter()
         model(input_ids=ids[:, :prefill], cache=cache, use_cache=True, logits_to_keep=1)
         t1 = time.perf_counter()
