@@ -55,6 +55,9 @@ _HANDLER = "_qkindex_handler"
 
 def _attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """The registered attention function: the module's handler, or sdpa without one."""
+    # Every layer takes the cache its module just updated (None for a plain cache), so that a
+    # handler never sees another call's.
+    _UPDATED.current = _take_updated_cache()
     handler = getattr(module, _HANDLER, None)
     if handler is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask,
@@ -66,10 +69,12 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
 AttentionInterface.register(ATTENTION_NAME, _attention)
 AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
 
-# The cache whose ``update`` ran last in this thread: a model's attention module updates the
-# cache with its new keys and values, then calls the attention function, which takes the cache
-# from here (and clears it, so that a plain cache is never mistaken for the last one).
+# The cache whose ``update`` ran last in this thread (``cache``): a model's attention module
+# updates its cache with the new keys and values, then calls the attention function, which
+# moves it to ``current`` for the module's handler (and clears ``cache``, so that a plain cache
+# is never mistaken for an earlier one).
 _UPDATED = threading.local()
+
 
 
 def _take_updated_cache() -> Optional["RetrievalCache"]:
@@ -310,7 +315,7 @@ class RetrievalAttention:
 
     # -- the attention function -----------------------------------------------------------
     def _attend(self, module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
-        cache = _take_updated_cache()
+        cache = getattr(_UPDATED, "current", None)
         state = cache.retrieval if isinstance(cache, RetrievalCache) else self._own
         q_len, n = query.shape[2], key.shape[2]
         if query.shape[0] != 1:
