@@ -114,13 +114,19 @@ mod tests {
         s.into_iter().map(|x| x.1).collect()
     }
 
-    #[test]
-    fn matches_brute_force_plain_and_causal() {
-        let (m, n, d, k) = (300, 5000, 24, 17);
-        let mut rng = crate::synth::Rng::new(3);
+    /// `m` queries and `n` keys of `d` standard normal values (seeded), and the keys' store.
+    fn normal_case(m: usize, n: usize, d: usize, seed: u64) -> (Vec<f32>, Vec<f32>, KeyStore) {
+        let mut rng = crate::synth::Rng::new(seed);
         let q: Vec<f32> = (0..m * d).map(|_| rng.normal()).collect();
         let kv: Vec<f32> = (0..n * d).map(|_| rng.normal()).collect();
         let store = KeyStore::from_f32(kv.clone(), d).expect("store");
+        (q, kv, store)
+    }
+
+    #[test]
+    fn matches_brute_force_plain_and_causal() {
+        let (m, n, d, k) = (300, 5000, 24, 17);
+        let (q, kv, store) = normal_case(m, n, d, 3);
         for causal in [false, true] {
             let r = CpuKnn
                 .topk(&q, &store, k, &KnnOptions::causal(causal))
@@ -139,10 +145,7 @@ mod tests {
     #[test]
     fn visible_counts_mask_each_row() {
         let (m, n, d, k) = (150, 700, 8, 9);
-        let mut rng = crate::synth::Rng::new(4);
-        let q: Vec<f32> = (0..m * d).map(|_| rng.normal()).collect();
-        let kv: Vec<f32> = (0..n * d).map(|_| rng.normal()).collect();
-        let store = KeyStore::from_f32(kv.clone(), d).expect("store");
+        let (q, kv, store) = normal_case(m, n, d, 4);
         // Two pooled "heads" of 75 positions each over keys that start at position 20;
         // rows 0..20 of each see nothing, the last row sees more keys than exist.
         let mut visible: Vec<u32> = (0..m)
