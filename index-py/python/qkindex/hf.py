@@ -55,9 +55,9 @@ _HANDLER = "_qkindex_handler"
 
 def _attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """The registered attention function: the module's handler, or sdpa without one."""
-    # Every layer takes the cache its module just updated (None for a plain cache), so that a
-    # handler never sees another call's.
-    _UPDATED.current = _take_updated_cache()
+    # Every layer takes the cache its module just updated (None for a plain cache) and clears
+    # the slot, so that a handler never sees another call's.
+    _UPDATED.current, _UPDATED.cache = getattr(_UPDATED, "cache", None), None
     handler = getattr(module, _HANDLER, None)
     if handler is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask,
@@ -74,13 +74,6 @@ AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
 # moves it to ``current`` for the module's handler (and clears ``cache``, so that a plain cache
 # is never mistaken for an earlier one).
 _UPDATED = threading.local()
-
-
-
-def _take_updated_cache() -> Optional["RetrievalCache"]:
-    cache = getattr(_UPDATED, "cache", None)
-    _UPDATED.cache = None
-    return cache
 
 
 class RetrievalCache(DynamicCache):
