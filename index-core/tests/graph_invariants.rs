@@ -231,6 +231,25 @@ fn causal_builds_from_visible_counts() {
     ));
 }
 
+/// The graph kNN (`knn_graph`, issue 27) below 512 · ef keys is the exact kNN: the same
+/// graph as the default build, bit for bit (its graph path is tested beside the code).
+#[test]
+fn graph_knn_below_its_key_floor_builds_the_exact_graph() {
+    let (n, dim, m) = (1200, 16, 18_000);
+    let data = ood(m, 20, dim, 5);
+    let keys = Arc::new(KeyStore::from_f32(data.keys[..n * dim].to_vec(), dim).expect("keys"));
+    let params = AttentionParams {
+        knn_graph: 128,
+        ..AttentionParams::default()
+    };
+    let index = build(&keys, &data.train_queries, &params);
+    check_invariants(&index, n, &params, "graph knn");
+    assert_eq!(index.build_stats().train_queries, m);
+    let exact = build(&keys, &data.train_queries, &AttentionParams::default());
+    assert_eq!(index.graph().expect("graph"), exact.graph().expect("graph"));
+    assert_eq!(index.entries(), exact.entries());
+}
+
 #[test]
 fn default_recent_entry_is_the_last_key() {
     let data = ood(500, 4, 16, 3);

@@ -116,6 +116,10 @@ fn strings_name_the_params() {
         })
     );
     assert_eq!(
+        parse("attention:knn-graph=160,queries-per-key=1").to_string(),
+        "attention:queries-per-key=1,knn-graph=160"
+    );
+    assert_eq!(
         parse("attention:queries-per-key=1.5,prune-cands=128,knn-probe=24").to_string(),
         "attention:queries-per-key=1.5,prune-cands=128,knn-probe=24"
     );
@@ -129,6 +133,8 @@ fn build_cost_keys_reject_what_they_cannot_do() {
         ("attention:queries-per-key=inf", "queries-per-key"),
         ("attention:causal=true,knn-probe=8", "knn-probe"),
         ("attention:knn-probe=-2", "knn-probe"),
+        ("attention:causal=true,knn-graph=64", "knn-graph"),
+        ("attention:knn-probe=8,knn-graph=64", "knn-graph"),
         ("attention:prune-cands=many", "prune-cands"),
     ] {
         match spec.parse::<IndexSpec>() {
@@ -335,6 +341,7 @@ fn attention_params() -> impl Strategy<Value = AttentionParams> {
             prop_oneof![Just(0.0), 0.01f64..8.0],
             0usize..400,
             prop_oneof![Just(0usize), 1usize..128],
+            prop_oneof![Just(0usize), 1usize..512],
         ),
     )
         .prop_map(
@@ -349,9 +356,18 @@ fn attention_params() -> impl Strategy<Value = AttentionParams> {
                 (p.kq, p.max_degree) = sizes;
                 (p.entry_count, p.recent_entries, p.sequence_edges) = counts;
                 (p.build_ef, p.default_ef, p.causal) = search;
-                (p.queries_per_key, p.prune_candidates, p.knn_probe) = cost;
-                // Thinned or coarse kNN lists have no causal mode (a validation error).
-                p.causal &= p.queries_per_key == 0.0 && p.knn_probe == 0;
+                (
+                    p.queries_per_key,
+                    p.prune_candidates,
+                    p.knn_probe,
+                    p.knn_graph,
+                ) = cost;
+                // One approximate kNN at a time; thinned or approximate kNN lists have no
+                // causal mode (validation errors).
+                if p.knn_probe > 0 {
+                    p.knn_graph = 0;
+                }
+                p.causal &= p.queries_per_key == 0.0 && p.knn_probe == 0 && p.knn_graph == 0;
                 p
             },
         )

@@ -136,6 +136,14 @@ pub struct AttentionParams {
     /// `√n` inner products per query instead of `n` (issue 27).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub knn_probe: usize,
+    /// 0: off. Otherwise each training query's top-`kq` is searched (`ef = knn_graph`) in an
+    /// index built from an evenly strided quarter of the queries, itself built the same way,
+    /// down to a level of at most 8,192 queries whose lists are exact: the kNN reads the graph
+    /// built so far instead of every key (issue 27). Below `512 · knn_graph` keys, where a
+    /// search costs more than an exact scan, the kNN stays exact. Not with `causal` or
+    /// `knn_probe`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub knn_graph: usize,
     /// Codes the search traverses on ([`Codes`]; derived from the keys at build and load, not
     /// stored; absent from files without codes).
     #[serde(default, skip_serializing_if = "Codes::is_none")]
@@ -170,6 +178,7 @@ impl Default for AttentionParams {
             queries_per_key: 0.0,
             prune_candidates: 0,
             knn_probe: 0,
+            knn_graph: 0,
             codes: Codes::None,
             rerank: 0,
         }
@@ -196,6 +205,7 @@ impl AttentionParams {
             queries_per_key: 0.0,
             prune_candidates: 0,
             knn_probe: 0,
+            knn_graph: 0,
             codes: Codes::None,
             rerank: 0,
         }
@@ -248,6 +258,20 @@ impl AttentionParams {
                 "knn_probe",
                 self.knn_probe,
                 "the coarse kNN has no causal mode (use the exact kNN with causal)",
+            ));
+        }
+        if self.knn_graph > 0 && self.causal {
+            return Err(Error::invalid_param(
+                "knn_graph",
+                self.knn_graph,
+                "the graph kNN has no causal mode (use the exact kNN with causal)",
+            ));
+        }
+        if self.knn_graph > 0 && self.knn_probe > 0 {
+            return Err(Error::invalid_param(
+                "knn_graph",
+                self.knn_graph,
+                "choose one approximate kNN: knn_graph or knn_probe",
             ));
         }
         if let Projection::Rank { window: 0 } = self.projection {

@@ -41,6 +41,7 @@ const ATTENTION: &[Key] = &[
     key("queries-per-key", "queries_per_key"),
     key("prune-cands", "prune_candidates"),
     key("knn-probe", "knn_probe"),
+    key("knn-graph", "knn_graph"),
     key("codes", "codes"),
     key("rerank", "rerank"),
 ];
@@ -218,6 +219,7 @@ fn get(spec: &IndexSpec, name: &str) -> Option<String> {
             "queries-per-key" => p.queries_per_key.to_string(),
             "prune-cands" => p.prune_candidates.to_string(),
             "knn-probe" => p.knn_probe.to_string(),
+            "knn-graph" => p.knn_graph.to_string(),
             "codes" => p.codes.name().into(),
             "rerank" => p.rerank.to_string(),
             _ => return None,
@@ -322,6 +324,7 @@ fn set_attention(p: &mut AttentionParams, name: &'static str, value: &str) -> Re
         "queries-per-key" => p.queries_per_key = number(name, value)?,
         "prune-cands" => p.prune_candidates = number(name, value)?,
         "knn-probe" => p.knn_probe = number(name, value)?,
+        "knn-graph" => p.knn_graph = number(name, value)?,
         _ => return Err(unknown(name)),
     }
     Ok(())

@@ -1,0 +1,52 @@
+"""Build seconds and scanned fractions against n from the bench.json files of synth-scale.sh.
+
+usage: python3 summarize.py OUT   (OUT holds n*/bench.json)
+
+At 8,192 training queries the graph kNN is the exact kNN (its floor): that row serves both.
+"""
+import glob
+import json
+import math
+import os
+import sys
+
+
+def min_scanned(rows, target):
+    ok = [r["scanned"] for r in rows if r["recall"] >= target]
+    return min(ok) if ok else None
+
+
+def main(out):
+    table = {}
+    for path in sorted(glob.glob(os.path.join(out, "n*", "bench.json"))):
+        d = json.load(open(path))
+        n = d["n_keys"]
+        for name in sorted({r["variant"] for r in d["rows"]}):
+            rows = [r for r in d["rows"] if r["variant"] == name]
+            table[(name or "today", n)] = (rows[0]["build_s"], rows)
+    if ("knn-graph=128", 8192) not in table and ("today", 8192) in table:
+        table[("knn-graph=128", 8192)] = table[("today", 8192)]
+    print("| builder | n | build s (knn + projection) | scanned @0.95 | scanned @0.99 | best recall |")
+    print("|---|---|---|---|---|---|")
+    for (name, n), (b, rows) in sorted(table.items()):
+        fmt = lambda x: "not reached" if x is None else f"{x:.4f}"
+        print(f"| {name} | {n:,} | {b['total']:.2f} ({b['knn']:.2f} + {b['projection']:.2f}) | "
+              f"{fmt(min_scanned(rows, 0.95))} | {fmt(min_scanned(rows, 0.99))} | "
+              f"{max(r['recall'] for r in rows):.4f} |")
+    print()
+    for name in sorted({k[0] for k in table}):
+        pts = sorted((n, b["total"]) for (v, n), (b, _) in table.items() if v == name)
+        if len(pts) < 2:
+            continue
+        xs = [math.log(n) for n, _ in pts]
+        ys = [math.log(t) for _, t in pts]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+        steps = ", ".join(
+            f"{a[0] // 1024}K→{b[0] // 1024}K {math.log(b[1] / a[1]) / math.log(b[0] / a[0]):.2f}"
+            for a, b in zip(pts, pts[1:]))
+        print(f"- {name}: growth exponent {slope:.2f} ({pts[0][0]:,}–{pts[-1][0]:,}; steps {steps})")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
