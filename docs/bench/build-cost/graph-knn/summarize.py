@@ -1,6 +1,6 @@
 """Build seconds and scanned fractions against n from the bench.json files of synth-scale.sh.
 
-usage: python3 summarize.py OUT   (OUT holds n*/bench.json)
+usage: python3 summarize.py DIR [DIR ...]   (each holds n*/bench.json or bench-n*.json)
 
 At 8,192 training queries the graph kNN is the exact kNN (its floor): that row serves both.
 """
@@ -16,9 +16,11 @@ def min_scanned(rows, target):
     return min(ok) if ok else None
 
 
-def main(out):
+def main(dirs):
     table = {}
-    for path in sorted(glob.glob(os.path.join(out, "n*", "bench.json"))):
+    paths = [p for out in dirs for pat in ("n*/bench.json", "bench-n*.json", "bench-n*-today.json", "bench-n*-kg256.json")
+             for p in glob.glob(os.path.join(out, pat))]
+    for path in sorted(paths):
         d = json.load(open(path))
         n = d["n_keys"]
         for name in sorted({r["variant"] for r in d["rows"]}):
@@ -49,4 +51,4 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])
