@@ -1,7 +1,8 @@
 //! Construction of the query-aware graph.
 //!
 //! 1. Bipartite kNN: each training query's exact top-`kq` keys ([`KnnBackend`]), or with
-//!    `knn_probe` its best keys in that many lists of a coarse IVF ([`super::coarse`]); the
+//!    `knn_probe` its best keys in that many lists of a coarse IVF ([`super::coarse`]), or with
+//!    `knn_graph` its keys searched in a graph built first ([`super::graph_knn`]); the
 //!    keys themselves are the queries with [`TrainOn::Keys`]. `queries_per_key` thins the
 //!    training queries first.
 //! 2. Projection: per key, candidate neighbours from the lists it appears in ([`Projection`]).
@@ -11,9 +12,9 @@
 //!    searched for (with its own vector as the query) and linked from the best reachable key
 //!    with room, so no key is lost.
 
-use super::coarse;
 use super::params::{AttentionParams, EntryRule, Projection, TrainOn};
 use super::AttentionIndex;
+use super::{coarse, graph_knn};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::graph::repair::{self, Repair, WhenFull};
@@ -21,7 +22,7 @@ use crate::graph::{beam_search, prune, BeamSettings, Csr};
 use crate::knn::{KnnBackend, KnnOptions, KnnResult};
 use crate::metric::kernels;
 use crate::scratch::Scratch;
-use crate::search::{AnnIndex, SearchOutput, SearchParams};
+use crate::search::SearchOutput;
 use crate::store::KeyStore;
 use rayon::prelude::*;
 use std::sync::Arc;
@@ -95,7 +96,7 @@ pub(super) fn build(
                 cancel: cancel.clone(),
             },
         )?,
-        (0, ef) => graph_topk(&keys, &queries, kq, ef, params, knn, cancel)?,
+        (0, ef) => graph_knn::graph_topk(&keys, &queries, kq, ef, params, knn, cancel)?,
         (nprobe, _) => coarse::topk(&queries, &keys, kq, nprobe, knn, cancel)?,
     };
     cancel.check("AttentionIndex build")?;
@@ -156,98 +157,6 @@ pub(super) fn build(
     let mut index = AttentionIndex::from_parts(keys, graph, entries, params)?;
     index.stats = stats;
     Ok(index)
-}
-
-/// Rows of the smallest level of [`graph_topk`], whose lists are exact.
-const GRAPH_KNN_FLOOR: usize = 8192;
-/// Each level of [`graph_topk`] is built from one row in this many of the level above.
-const GRAPH_KNN_SHARE: usize = 4;
-/// Below this many keys per unit of `ef` the graph kNN is the exact kNN: on the CPU one search
-/// at `ef = 128` cost what an exact scan of ~40K keys costs (the scan runs as a matrix product),
-/// so the graph only pays past ~64K keys (synthetic OOD, `docs/bench/build-cost/graph-knn/`).
-const GRAPH_KNN_KEYS_PER_EF: usize = 512;
-/// Query rows per rayon task of the graph kNN's searches.
-const GRAPH_KNN_TILE: usize = 64;
-
-/// Approximate top-`k` lists (`knn_graph`): each row of `queries` searched (`ef`) in an index
-/// over `keys` built from one row in [`GRAPH_KNN_SHARE`] (evenly strided), which is built the
-/// same way, down to a level of at most [`GRAPH_KNN_FLOOR`] rows whose lists are exact; the
-/// exact kNN throughout below [`GRAPH_KNN_KEYS_PER_EF`]` · ef` keys, where it is cheaper. With
-/// `m` rows the exact part costs `GRAPH_KNN_FLOOR · n` inner products and each level's
-/// searches `rows · (what one search scores)`, so the kNN grows with `m` times a search's
-/// cost instead of `m · n`. Scores are exact; rows that found fewer than `k` keys are padded
-/// as [`KnnResult`] pads.
-fn graph_topk(
-    keys: &Arc<KeyStore>,
-    queries: &[f32],
-    k: usize,
-    ef: usize,
-    params: &AttentionParams,
-    knn: &dyn KnnBackend,
-    cancel: &Cancel,
-) -> Result<KnnResult> {
-    graph_topk_from(
-        keys,
-        queries,
-        k,
-        ef,
-        GRAPH_KNN_KEYS_PER_EF * ef,
-        params,
-        knn,
-        cancel,
-    )
-}
-
-/// [`graph_topk`] with the key count below which the kNN stays exact.
-#[allow(clippy::too_many_arguments)]
-fn graph_topk_from(
-    keys: &Arc<KeyStore>,
-    queries: &[f32],
-    k: usize,
-    ef: usize,
-    min_keys: usize,
-    params: &AttentionParams,
-    knn: &dyn KnnBackend,
-    cancel: &Cancel,
-) -> Result<KnnResult> {
-    let d = keys.dim();
-    let m = crate::knn::check_knn_args(queries, keys, k)?;
-    if m <= 2 * GRAPH_KNN_FLOOR || keys.len() < min_keys {
-        let options = KnnOptions {
-            cancel: cancel.clone(),
-            ..KnnOptions::default()
-        };
-        return knn.topk(queries, keys, k, &options);
-    }
-    let seed_rows = (m / GRAPH_KNN_SHARE).max(GRAPH_KNN_FLOOR);
-    let seed: Vec<f32> = (0..seed_rows)
-        .flat_map(|i| queries[i * m / seed_rows * d..][..d].iter().copied())
-        .collect();
-    let seed_params = AttentionParams {
-        queries_per_key: 0.0,
-        ..params.clone()
-    };
-    let index = build(keys.clone(), &seed, None, &seed_params, knn, cancel)?;
-    let search = SearchParams::with_ef(ef.max(k));
-    let mut ids = vec![KnnResult::PAD; m * k];
-    let mut scores = vec![f32::NEG_INFINITY; m * k];
-    ids.par_chunks_mut(GRAPH_KNN_TILE * k)
-        .zip(scores.par_chunks_mut(GRAPH_KNN_TILE * k))
-        .enumerate()
-        .try_for_each_init(
-            || (Scratch::default(), SearchOutput::default()),
-            |(scratch, out), (t, (ids_out, scores_out))| {
-                cancel.check("graph kNN")?;
-                for r in 0..ids_out.len() / k {
-                    let q = t * GRAPH_KNN_TILE + r;
-                    index.search_into(&queries[q * d..(q + 1) * d], k, &search, scratch, out)?;
-                    ids_out[r * k..][..out.ids.len()].copy_from_slice(&out.ids);
-                    scores_out[r * k..][..out.scores.len()].copy_from_slice(&out.scores);
-                }
-                Ok::<(), Error>(())
-            },
-        )?;
-    Ok(KnnResult { k, ids, scores })
 }
 
 /// The training queries the kNN reads: at most `ceil(per_key · n)` rows of `queries`
@@ -579,64 +488,7 @@ fn connect(
 
 #[cfg(test)]
 mod tests {
-    use super::{graph_topk, graph_topk_from, thin, GRAPH_KNN_FLOOR};
-    use crate::attention::AttentionParams;
-    use crate::cancel::Cancel;
-    use crate::knn::{CpuKnn, KnnBackend, KnnOptions};
-    use crate::store::KeyStore;
-    use std::sync::Arc;
-
-    /// The graph kNN: up to `2 · GRAPH_KNN_FLOOR` rows, or below `512 · ef` keys, it is the
-    /// exact kNN; past that (one
-    /// level here) its lists hold exact scores, best first, and most of each exact list.
-    #[test]
-    fn graph_knn_finds_most_of_the_exact_lists_with_exact_scores() {
-        let (n, dim, k) = (1500, 16, 20);
-        let m = 2 * GRAPH_KNN_FLOOR + 4000;
-        let data = crate::synth::ood(m, 4, dim, 7);
-        let keys = Arc::new(KeyStore::from_f32(data.keys[..n * dim].to_vec(), dim).expect("keys"));
-        let queries = &data.train_queries[..m * dim];
-        let params = AttentionParams {
-            knn_graph: 64,
-            ..AttentionParams::default()
-        };
-        let cancel = Cancel::new();
-        let exact = CpuKnn
-            .topk(queries, &keys, k, &KnnOptions::default())
-            .expect("exact");
-        let few = &queries[..2 * GRAPH_KNN_FLOOR * dim];
-        let small =
-            graph_topk_from(&keys, few, k, 64, 0, &params, &CpuKnn, &cancel).expect("small");
-        assert_eq!(small.ids, exact.ids[..few.len() / dim * k]);
-        // Fewer keys than 512 · ef: exact whatever the rows.
-        let below = graph_topk(&keys, queries, k, 64, &params, &CpuKnn, &cancel).expect("below");
-        assert_eq!(below, exact);
-        let lists =
-            graph_topk_from(&keys, queries, k, 64, 0, &params, &CpuKnn, &cancel).expect("graph");
-        assert_eq!(lists.rows(), m);
-        let keys32 = keys.to_f32();
-        let mut found = 0;
-        for i in 0..m {
-            let (row, scores) = (lists.row(i), lists.row_scores(i));
-            assert_eq!(row.len(), k, "row {i}");
-            assert!(
-                scores.windows(2).all(|w| w[0] >= w[1]),
-                "row {i} not best first"
-            );
-            let q = &queries[i * dim..(i + 1) * dim];
-            for (&id, &s) in row.iter().zip(scores) {
-                let key = &keys32[id as usize * dim..][..dim];
-                let dot: f32 = q.iter().zip(key).map(|(a, b)| a * b).sum();
-                assert!(
-                    (dot - s).abs() <= 1e-4 * (1.0 + dot.abs()),
-                    "row {i} key {id}"
-                );
-            }
-            found += row.iter().filter(|id| exact.row(i).contains(id)).count();
-        }
-        let recall = found as f64 / (m * k) as f64;
-        assert!(recall > 0.9, "graph kNN recall {recall}");
-    }
+    use super::thin;
 
     /// Rows `0..m` of width 2, row `r` holding `(r, r)`.
     fn rows(m: usize) -> Vec<f32> {

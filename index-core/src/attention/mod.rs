@@ -3,8 +3,9 @@
 //! | file | job |
 //! |---|---|
 //! | `params.rs` | build parameters, presets (ours, the RoarGraph recipe, the key–key graph) |
-//! | `build.rs` | bipartite kNN (exact, or searched in a graph built first: `knn_graph`) → projection → pruning → reverse edges → connectivity |
+//! | `build.rs` | bipartite kNN → projection → pruning → reverse edges → connectivity |
 //! | `coarse.rs` | approximate top-`kq` lists of the build through a coarse IVF (`knn_probe`) |
+//! | `graph_knn.rs` | approximate top-`kq` lists of the build searched in a graph built first (`knn_graph`) |
 //! | `insert.rs` | query-aware insertion of keys that arrive after the build (decode) |
 //! | `mod.rs` | the index and its search |
 //!
@@ -19,6 +20,7 @@
 
 mod build;
 mod coarse;
+mod graph_knn;
 mod insert;
 mod params;
 
