@@ -248,6 +248,13 @@ fn graph_knn_below_its_key_floor_builds_the_exact_graph() {
     let exact = build(&keys, &data.train_queries, &AttentionParams::default());
     assert_eq!(index.graph().expect("graph"), exact.graph().expect("graph"));
     assert_eq!(index.entries(), exact.entries());
+    // An absurd ef is no overflow: the key floor saturates and the kNN stays exact.
+    let huge = AttentionParams {
+        knn_graph: usize::MAX,
+        ..AttentionParams::default()
+    };
+    let index = build(&keys, &data.train_queries, &huge);
+    assert_eq!(index.graph().expect("graph"), exact.graph().expect("graph"));
 }
 
 #[test]

@@ -52,7 +52,7 @@ pub(super) fn graph_topk(
         queries,
         k,
         ef,
-        GRAPH_KNN_KEYS_PER_EF * ef,
+        GRAPH_KNN_KEYS_PER_EF.saturating_mul(ef),
         params,
         knn,
         cancel,
