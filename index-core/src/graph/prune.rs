@@ -3,7 +3,7 @@
 //! ([`crate::AttentionIndex::insert`]) both prune through [`prune`], so the two cannot drift
 //! apart.
 
-use crate::metric::kernels;
+use crate::metric::{kernels, prefetch};
 
 /// How a node's candidates are cut down to its out-edges.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -53,6 +53,9 @@ impl std::str::FromStr for Prune {
     }
 }
 
+/// How many candidates ahead the occlusion loop prefetches a row.
+const PREFETCH_AHEAD: usize = 4;
+
 /// The out-edges `rule` keeps of `cands` (ids, best-ranked first, without repeats and without
 /// the node itself): at most `max` ids, in the order they are kept. `pivot` is the node's own
 /// vector and `row(c)` candidate `c`'s (both `dim` values). Occlusion stops at `max` kept
@@ -69,17 +72,30 @@ pub fn prune<'a>(
     }
     let dot = kernels().dot_f32;
     let mut kept: Vec<u32> = Vec::with_capacity(max);
+    // The kept rows side by side, so that the occlusion tests read them from cache rather than
+    // from wherever the key matrix holds them.
+    let mut kept_rows: Vec<f32> = Vec::with_capacity(max * pivot.len());
     let mut dropped: Vec<u32> = Vec::new();
-    for c in cands {
+    let cands: Vec<u32> = cands.into_iter().collect();
+    for (i, &c) in cands.iter().enumerate() {
         if kept.len() >= max {
             break;
         }
+        // Candidates are rows scattered over the key matrix: ask for one a few steps ahead.
+        if let Some(&ahead) = cands.get(i + PREFETCH_AHEAD) {
+            prefetch(row(ahead));
+        }
         let rc = row(c);
         let vc = dot(pivot, rc);
-        if kept.iter().all(|&s| dot(row(s), rc) <= vc) {
-            kept.push(c);
-        } else {
+        let occluded = !pivot.is_empty()
+            && !kept_rows
+                .chunks_exact(pivot.len())
+                .all(|s| dot(s, rc) <= vc);
+        if occluded {
             dropped.push(c);
+        } else {
+            kept.push(c);
+            kept_rows.extend_from_slice(rc);
         }
     }
     if rule == Prune::OcclusionFill {
