@@ -6,7 +6,7 @@ use qkindex::attention::{EntryRule, Projection, Prune};
 use qkindex::synth::{ood, Rng};
 use qkindex::{
     AnnIndex, AttentionIndex, AttentionParams, CpuKnn, Dtype, Error, FlatIndex, KeyStore,
-    SearchParams,
+    KnnBackend, KnnOptions, SearchParams,
 };
 use std::sync::Arc;
 
@@ -147,6 +147,40 @@ fn synth_graphs_hold_invariants() {
             index.build_stats().linked_unreachable
         );
     }
+}
+
+/// `unlisted_keys` counts the keys in no training query's exact top-`kq` list (the keys that
+/// get no query-side edges), here a good share of them.
+#[test]
+fn unlisted_keys_are_the_keys_in_no_exact_list() {
+    let (n, dim) = (1500, 16);
+    let data = ood(n, 10, dim, 21);
+    let keys = Arc::new(KeyStore::from_f32(data.keys.clone(), dim).expect("keys"));
+    let params = AttentionParams {
+        kq: 20,
+        ..AttentionParams::default()
+    };
+    let index = build(&keys, &data.train_queries, &params);
+    let lists = CpuKnn
+        .topk(
+            &data.train_queries,
+            &keys,
+            params.kq,
+            &KnnOptions::default(),
+        )
+        .expect("knn");
+    let mut listed = vec![false; n];
+    for r in 0..lists.rows() {
+        for &id in lists.row(r) {
+            listed[id as usize] = true;
+        }
+    }
+    let unlisted = listed.iter().filter(|&&l| !l).count();
+    assert!(
+        unlisted > n / 10 && unlisted < n,
+        "unlisted {unlisted} of {n}"
+    );
+    assert_eq!(index.build_stats().unlisted_keys, unlisted);
 }
 
 /// Causal builds from visible key counts (issue 27): counts of one query per key position

@@ -199,8 +199,8 @@ fn describe(index: &AnyIndex, elapsed: Duration) -> Option<String> {
                 qkindex::attention::TrainOn::Queries => "queries",
             };
             format!(
-                "built from {} {source} in {:.2}s (knn {:.2}s, projection {:.2}s, connectivity {:.2}s; {} keys linked)",
-                s.train_queries, elapsed.as_secs_f64(), s.knn_s, s.projection_s, s.connectivity_s, s.linked_unreachable
+                "built from {} {source} in {:.2}s (knn {:.2}s, projection {:.2}s, connectivity {:.2}s; {} keys in no list, {} linked)",
+                s.train_queries, elapsed.as_secs_f64(), s.knn_s, s.projection_s, s.connectivity_s, s.unlisted_keys, s.linked_unreachable
             )
         }
         AnyIndex::Ivf(idx) => {
