@@ -332,26 +332,17 @@ fn candidates(
     out
 }
 
-/// Sorts `(weight, id)` pairs by weight, highest first ([`f32::total_cmp`]), then by id: the
-/// pairs are packed into `u64` keys that sort in that order, which is several times faster than
-/// comparing the pairs (the projection sorts every key's candidates).
+/// Sorts `(weight, id)` pairs by weight, highest first ([`f32::total_cmp`]), then by id, through
+/// one `u64` key per pair: comparing those is about twice as fast as comparing the pairs (the
+/// projection sorts every key's candidates).
 fn sort_best_first(cands: &mut [(f32, u32)]) {
-    let mut packed: Vec<u64> = cands
-        .iter()
-        .map(|&(w, id)| {
-            // `total_cmp`'s key: flip the magnitude bits of negatives, then the sign bit makes
-            // the order unsigned; inverted for highest first.
-            let b = w.to_bits();
-            let ord = b ^ ((((b as i32) >> 31) as u32) >> 1) ^ 0x8000_0000;
-            (u64::from(!ord) << 32) | u64::from(id)
-        })
-        .collect();
-    packed.sort_unstable();
-    for (c, p) in cands.iter_mut().zip(packed) {
-        let t = !((p >> 32) as u32) ^ 0x8000_0000;
-        let b = t ^ ((((t as i32) >> 31) as u32) >> 1);
-        *c = (f32::from_bits(b), p as u32);
-    }
+    cands.sort_unstable_by_key(|&(w, id)| {
+        // `total_cmp`'s key: flip the magnitude bits of negatives, then the sign bit makes the
+        // order unsigned; inverted for highest first.
+        let b = w.to_bits();
+        let ord = b ^ ((((b as i32) >> 31) as u32) >> 1) ^ 0x8000_0000;
+        (u64::from(!ord) << 32) | u64::from(id)
+    });
 }
 
 /// Cuts candidates (weighted, best first) down to `max_degree` out-edges by the params' rule,
