@@ -175,14 +175,14 @@ impl BenchReport {
             let _ = writeln!(
                 s,
                 "{},{},{},{},{},{},{},{},{:.5},{},{},{:.1},{:.2},{:.2},{},{},{},{},{}",
-                r.index,
-                r.variant,
-                r.implementation,
+                csv_field(&r.index),
+                csv_field(&r.variant),
+                csv_field(&r.implementation),
                 r.k,
                 r.layer,
                 r.head,
-                r.queries,
-                params_str(&r.params),
+                csv_field(&r.queries),
+                csv_field(&params_str(&r.params)),
                 r.recall,
                 opt(r.scanned, 5),
                 opt(r.distance_computations, 1),
@@ -538,4 +538,31 @@ fn cpu_name() -> String {
             rayon::current_num_threads(),
             qkindex::metric::kernels().isa
         )
+}
+
+/// `field` as one CSV field (RFC 4180): quoted, with quotes doubled, when it holds a comma, a
+/// quote or a line break (index variants such as `causal=true,queries-per-key=1.25` do).
+fn csv_field(field: &str) -> std::borrow::Cow<'_, str> {
+    if field.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", field.replace('"', "\"\"")).into()
+    } else {
+        field.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::csv_field;
+
+    #[test]
+    fn csv_fields_with_commas_or_quotes_are_quoted() {
+        assert_eq!(csv_field("attention"), "attention");
+        assert_eq!(csv_field(""), "");
+        assert_eq!(
+            csv_field("causal=true,queries-per-key=1.25"),
+            "\"causal=true,queries-per-key=1.25\""
+        );
+        assert_eq!(csv_field("a\"b"), "\"a\"\"b\"");
+        assert_eq!(csv_field("two\nlines"), "\"two\nlines\"");
+    }
 }
