@@ -241,6 +241,18 @@ fn causal_builds_from_visible_counts() {
         };
         assert_eq!(index.build_stats().train_queries, rows, "{what}");
     }
+    // Unmasking far-looking lists applies to causal lists only.
+    let unmask_alone = AttentionParams {
+        global_full: 0.5,
+        ..AttentionParams::default()
+    };
+    assert!(matches!(
+        AttentionIndex::build(keys.clone(), &pooled, &unmask_alone, &CpuKnn),
+        Err(Error::InvalidParam {
+            name: "global_full",
+            ..
+        })
+    ));
     let thinned = AttentionParams {
         queries_per_key: 1.0,
         ..causal.clone()
@@ -519,4 +531,36 @@ fn tiny_degree_bounds_always_build_connected_graphs() {
             }
         }
     }
+}
+
+/// `global_full` (issue 27): causal lists that look far back are replaced by full ones; the
+/// build keeps every invariant, reports how many it unmasked, and unmasks none at share 0+
+/// when no query sees past the window.
+#[test]
+fn far_looking_causal_lists_are_unmasked() {
+    let (n, dim) = (1600, 16);
+    let data = ood(n, 20, dim, 21);
+    let keys = Arc::new(KeyStore::from_f32(data.keys[..n * dim].to_vec(), dim).expect("keys"));
+    let train = &data.train_queries[..n * dim];
+    let causal = AttentionParams {
+        causal: true,
+        ..AttentionParams::default()
+    };
+    let mut unmasked = Vec::new();
+    for share in [0.0, 0.5, 1.0] {
+        let params = AttentionParams {
+            global_full: share,
+            ..causal.clone()
+        };
+        let index = AttentionIndex::build(keys.clone(), train, &params, &CpuKnn).expect("build");
+        let what = format!("global_full {share}");
+        check_invariants(&index, n, &params, &what);
+        check_exact_at_full_ef(&index, &data.test_queries, dim, &what);
+        unmasked.push(index.build_stats().unmasked_lists);
+    }
+    // Share 1: every query past the window with one far key; these OOD queries have many.
+    assert_eq!(unmasked[0], 0);
+    assert!(unmasked[1] <= unmasked[2], "{unmasked:?}");
+    assert!(unmasked[2] > (n - 1024) / 2, "{unmasked:?}");
+    assert!(unmasked[2] < n - 1024 + 1, "{unmasked:?}");
 }

@@ -116,6 +116,10 @@ fn strings_name_the_params() {
         })
     );
     assert_eq!(
+        parse("attention:global-full=0.2,causal=true,queries-per-key=1.25").to_string(),
+        "attention:causal=true,queries-per-key=1.25,global-full=0.2"
+    );
+    assert_eq!(
         parse("attention:knn-graph=160,queries-per-key=1").to_string(),
         "attention:queries-per-key=1,knn-graph=160"
     );
@@ -335,7 +339,12 @@ fn attention_params() -> impl Strategy<Value = AttentionParams> {
             (0usize..2000).prop_map(|queries| EntryRule::RecentHub { queries })
         ],
         (1usize..8, 0usize..4, 0usize..4),
-        (1usize..600, 1usize..300, any::<bool>()),
+        (
+            1usize..600,
+            1usize..300,
+            any::<bool>(),
+            prop_oneof![Just(0.0), 0.01f64..1.0],
+        ),
         prop_oneof![Just(TrainOn::Queries), Just(TrainOn::Keys)],
         (
             prop_oneof![Just(0.0), 0.01f64..8.0],
@@ -355,7 +364,8 @@ fn attention_params() -> impl Strategy<Value = AttentionParams> {
                 };
                 (p.kq, p.max_degree) = sizes;
                 (p.entry_count, p.recent_entries, p.sequence_edges) = counts;
-                (p.build_ef, p.default_ef, p.causal) = search;
+                let global_full;
+                (p.build_ef, p.default_ef, p.causal, global_full) = search;
                 (
                     p.queries_per_key,
                     p.prune_candidates,
@@ -363,11 +373,14 @@ fn attention_params() -> impl Strategy<Value = AttentionParams> {
                     p.knn_graph,
                 ) = cost;
                 // One approximate kNN at a time; thinned or approximate kNN lists have no
-                // causal mode (validation errors).
+                // causal mode (validation errors); only causal lists are unmasked.
                 if p.knn_probe > 0 {
                     p.knn_graph = 0;
                 }
                 p.causal &= p.queries_per_key == 0.0 && p.knn_probe == 0 && p.knn_graph == 0;
+                if p.causal {
+                    p.global_full = global_full;
+                }
                 p
             },
         )

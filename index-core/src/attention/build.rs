@@ -42,6 +42,8 @@ pub struct BuildStats {
     /// Keys in no training query's top-`kq` list: they get no query-side edges, only sequence,
     /// reverse and connectivity ones.
     pub unlisted_keys: usize,
+    /// Causal lists replaced by full ones ([`AttentionParams::global_full`]).
+    pub unmasked_lists: usize,
     pub edges: usize,
     /// Name of the kNN backend used.
     pub knn_backend: String,
@@ -88,7 +90,8 @@ pub(super) fn build(
         None => None,
     };
     let queries = thin(queries, keys.dim(), params.queries_per_key, n);
-    let lists = match (params.knn_probe, params.knn_graph) {
+    let row_visible = visible.clone();
+    let mut lists = match (params.knn_probe, params.knn_graph) {
         (0, 0) => knn.topk(
             &queries,
             &keys,
@@ -102,6 +105,12 @@ pub(super) fn build(
         (0, ef) => graph_knn::graph_topk(&keys, &queries, kq, ef, params, knn, cancel)?,
         (nprobe, _) => coarse::topk(&queries, &keys, kq, nprobe, knn, cancel)?,
     };
+    let mut unmasked_lists = 0;
+    if params.causal && params.global_full > 0.0 {
+        let rows = far_rows(&lists, row_visible.as_deref(), n, params.global_full);
+        unmask_rows(&mut lists, &rows, &queries, &keys, knn, cancel)?;
+        unmasked_lists = rows.len();
+    }
     cancel.check("AttentionIndex build")?;
     let knn_s = start.elapsed().as_secs_f64();
 
@@ -156,12 +165,60 @@ pub(super) fn build(
         total_s: start.elapsed().as_secs_f64(),
         linked_unreachable: linked,
         unlisted_keys,
+        unmasked_lists,
         edges: graph.edges(),
         knn_backend: knn.name(),
     };
     let mut index = AttentionIndex::from_parts(keys, graph, entries, params)?;
     index.stats = stats;
     Ok(index)
+}
+
+/// Keys before a query's position that count as near it for [`AttentionParams::global_full`].
+const NEAR_WINDOW: usize = 1024;
+
+/// The causal rows of `lists` whose query looks far back: it sees more than [`NEAR_WINDOW`]
+/// keys (`visible[r]`, or `r + 1` without counts) and less than `share` of its list lies among
+/// the last [`NEAR_WINDOW`] of them.
+fn far_rows(lists: &KnnResult, visible: Option<&[u32]>, n: usize, share: f64) -> Vec<usize> {
+    (0..lists.rows())
+        .filter(|&r| {
+            let seen = visible.map_or((r + 1).min(n), |v| v[r] as usize);
+            let row = lists.row(r);
+            let near_from = seen.saturating_sub(NEAR_WINDOW) as u32;
+            let near = row.iter().filter(|&&id| id >= near_from).count();
+            seen > NEAR_WINDOW && !row.is_empty() && (near as f64) < share * row.len() as f64
+        })
+        .collect()
+}
+
+/// Replaces rows `rows` of `lists` by their queries' top-`k` over every key (no mask).
+fn unmask_rows(
+    lists: &mut KnnResult,
+    rows: &[usize],
+    queries: &[f32],
+    keys: &KeyStore,
+    knn: &dyn KnnBackend,
+    cancel: &Cancel,
+) -> Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let (d, k) = (keys.dim(), lists.k);
+    let picked: Vec<f32> = rows
+        .iter()
+        .flat_map(|&r| queries[r * d..(r + 1) * d].iter().copied())
+        .collect();
+    let options = KnnOptions {
+        cancel: cancel.clone(),
+        ..KnnOptions::default()
+    };
+    let full = knn.topk(&picked, keys, k, &options)?;
+    for (i, &r) in rows.iter().enumerate() {
+        lists.ids[r * k..(r + 1) * k].copy_from_slice(&full.ids[i * k..(i + 1) * k]);
+        lists.scores[r * k..(r + 1) * k].copy_from_slice(&full.scores[i * k..(i + 1) * k]);
+    }
+    Ok(())
 }
 
 /// The training queries the kNN reads: at most `ceil(per_key · n)` rows of `queries`
@@ -506,7 +563,10 @@ fn connect(
 
 #[cfg(test)]
 mod tests {
-    use super::{sort_best_first, thin};
+    use super::{far_rows, sort_best_first, thin, unmask_rows, NEAR_WINDOW};
+    use crate::knn::{CpuKnn, KnnBackend, KnnOptions, KnnResult};
+    use crate::store::KeyStore;
+    use crate::Cancel;
 
     #[test]
     fn packed_sort_matches_the_pair_comparison() {
@@ -562,5 +622,57 @@ mod tests {
         assert_eq!(firsts(&thin(&q, 2, 1e-9, 4)), vec![0]);
         // Ragged input is passed on whole for the kNN to reject.
         assert_eq!(thin(&q[..5], 2, 0.5, 4).len(), 5);
+    }
+
+    /// Rows that look far back: more than the window seen, less than the share near the end.
+    #[test]
+    fn far_rows_are_the_queries_looking_far_back() {
+        let w = NEAR_WINDOW as u32;
+        let pad = KnnResult::PAD;
+        let lists = KnnResult {
+            k: 4,
+            ids: [
+                [1, 2, 3, 4],                   // sees only the window: never far
+                [2 * w - 1, 2 * w - 2, 10, 20], // half near the end
+                [10, 20, 30, 2 * w - 1],        // a quarter near
+                [pad; 4],                       // empty
+                [10, 20, pad, pad],             // short and all far
+            ]
+            .concat(),
+            scores: vec![0.0; 20],
+        };
+        let visible = [w, 2 * w, 2 * w, 3 * w, 3 * w];
+        let n = 3 * NEAR_WINDOW;
+        assert_eq!(far_rows(&lists, Some(&visible), n, 0.3), vec![2, 4]);
+        assert_eq!(far_rows(&lists, Some(&visible), n, 0.6), vec![1, 2, 4]);
+        assert_eq!(
+            far_rows(&lists, Some(&visible), n, 0.0),
+            Vec::<usize>::new()
+        );
+        // Without counts row r sees r + 1 keys: none of these rows sees past the window.
+        assert!(far_rows(&lists, None, n, 1.0).is_empty());
+    }
+
+    /// Unmasked rows are the full exact top-k of their queries; the other rows stay.
+    #[test]
+    fn unmasked_rows_are_the_full_top_k() {
+        let (n, d, m, k) = (300, 8, 20, 5);
+        let data = crate::synth::ood(n, m, d, 3);
+        let keys = KeyStore::from_f32(data.keys[..n * d].to_vec(), d).expect("keys");
+        let queries = &data.train_queries[..m * d];
+        let causal = CpuKnn
+            .topk(queries, &keys, k, &KnnOptions::causal(true))
+            .expect("causal");
+        let full = CpuKnn
+            .topk(queries, &keys, k, &KnnOptions::default())
+            .expect("full");
+        let mut lists = causal.clone();
+        let rows = [3, 11, 19];
+        unmask_rows(&mut lists, &rows, queries, &keys, &CpuKnn, &Cancel::new()).expect("unmask");
+        for r in 0..m {
+            let want = if rows.contains(&r) { &full } else { &causal };
+            assert_eq!(lists.row(r), want.row(r), "row {r}");
+            assert_eq!(lists.row_scores(r), want.row_scores(r), "row {r}");
+        }
     }
 }

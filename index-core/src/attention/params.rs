@@ -125,6 +125,14 @@ pub struct AttentionParams {
     /// group's pooled queries (head-major) are thinned across its heads alike (issue 27).
     #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub queries_per_key: f64,
+    /// With `causal`: a training query whose causal top-`kq` looks far back (it sees more than
+    /// 1,024 keys and less than this share of its list lies among the last 1,024 of them) gets
+    /// its top-`kq` over every key instead (0: off). A causal list ties each key only to the
+    /// queries after it, which suits queries that attend near their position; a query that
+    /// wants keys from the whole context (Gemma 3 layer 5 head 1 at 32K) also needs the keys
+    /// past its position that it would want, because decode queries see them (issue 27).
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub global_full: f64,
     /// Candidates per key that the pruning reads, best-weighted first (0: all of them). The
     /// occlusion rule compares each candidate with every kept edge, so an uncapped list makes
     /// the projection cost grow with the queries per key (issue 27).
@@ -176,6 +184,7 @@ impl Default for AttentionParams {
             causal: false,
             train_on: TrainOn::Queries,
             queries_per_key: 0.0,
+            global_full: 0.0,
             prune_candidates: 0,
             knn_probe: 0,
             knn_graph: 0,
@@ -203,6 +212,7 @@ impl AttentionParams {
             causal: false,
             train_on: TrainOn::Queries,
             queries_per_key: 0.0,
+            global_full: 0.0,
             prune_candidates: 0,
             knn_probe: 0,
             knn_graph: 0,
@@ -251,6 +261,20 @@ impl AttentionParams {
                 "queries_per_key",
                 self.queries_per_key,
                 "must be a finite number at least 0 (0: all training queries)",
+            ));
+        }
+        if !(self.global_full.is_finite() && (0.0..=1.0).contains(&self.global_full)) {
+            return Err(Error::invalid_param(
+                "global_full",
+                self.global_full,
+                "must be a share from 0 to 1 (0: off)",
+            ));
+        }
+        if self.global_full > 0.0 && !self.causal {
+            return Err(Error::invalid_param(
+                "global_full",
+                self.global_full,
+                "unmasks some causal lists (without causal every list is full already)",
             ));
         }
         if self.causal && self.knn_probe > 0 {

@@ -198,8 +198,12 @@ fn describe(index: &AnyIndex, elapsed: Duration) -> Option<String> {
                 qkindex::attention::TrainOn::Keys => "keys",
                 qkindex::attention::TrainOn::Queries => "queries",
             };
+            let unmasked = match s.unmasked_lists {
+                0 => String::new(),
+                u => format!(", {u} causal lists unmasked"),
+            };
             format!(
-                "built from {} {source} in {:.2}s (knn {:.2}s, projection {:.2}s, connectivity {:.2}s; {} keys in no list, {} linked)",
+                "built from {} {source} in {:.2}s (knn {:.2}s, projection {:.2}s, connectivity {:.2}s; {} keys in no list, {} linked{unmasked})",
                 s.train_queries, elapsed.as_secs_f64(), s.knn_s, s.projection_s, s.connectivity_s, s.unlisted_keys, s.linked_unreachable
             )
         }
