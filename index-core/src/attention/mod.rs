@@ -23,6 +23,7 @@ mod coarse;
 mod graph_knn;
 mod insert;
 mod params;
+mod train_lists;
 
 pub use crate::graph::Prune;
 pub use build::BuildStats;
