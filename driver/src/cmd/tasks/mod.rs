@@ -107,6 +107,50 @@ fn run_specs(policy: &PolicyArgs, kinds: &[PolicyKind], budgets: &[usize]) -> Ve
     out
 }
 
+/// The report of `cells` (`complete`: every (task, length) of `args` is in it).
+fn make_report(
+    args: &TasksArgs,
+    model: &str,
+    specs: &[RunSpec],
+    cells: Vec<Cell>,
+    complete: bool,
+) -> Report {
+    Report {
+        schema: "qkindex-tasks/1",
+        model: model.to_string(),
+        complete,
+        haystack: args.haystack,
+        lengths: args.lengths.clone(),
+        tasks: args.tasks.iter().map(|t| t.name()).collect(),
+        budgets: args.budgets.clone(),
+        trials: args.trials,
+        seed: args.seed,
+        answer_tokens: args
+            .tasks
+            .iter()
+            .map(|t| (t.name(), t.answer_tokens()))
+            .collect(),
+        question_under_policy: args.question_under_policy,
+        config: args.policy.config(PolicyKind::Full),
+        runs: specs.iter().map(|s| s.label.clone()).collect(),
+        cells,
+    }
+}
+
+/// Writes `tasks.json` and `tasks.md` into `dir`, each through a temporary file renamed over
+/// the old one, so that a run stopped while writing never leaves a torn file.
+fn save(report: &Report, md: &str, dir: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let json = serde_json::to_string_pretty(report)?;
+    for (name, text) in [("tasks.json", json.as_str()), ("tasks.md", md)] {
+        let path = dir.join(name);
+        let tmp = dir.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
 /// Sums over one run's trials.
 #[derive(Default)]
 struct Acc {
@@ -239,40 +283,25 @@ pub fn run(args: TasksArgs, devices: &Devices) -> anyhow::Result<()> {
                     trials: acc.trials,
                 });
             }
+            // A long run keeps what it has measured: the finished (task, length) cells are
+            // written after each one, marked incomplete, so a stopped run loses one cell at most.
+            if let Some(dir) = &args.out {
+                let partial = make_report(&args, &m.name, &specs, cells.clone(), false);
+                let md = partial.markdown();
+                bar.suspend(|| save(&partial, &md, dir))?;
+            }
         }
     }
     bar.finish_and_clear();
-    let report = Report {
-        schema: "qkindex-tasks/1",
-        model: m.name.clone(),
-        haystack: args.haystack,
-        lengths: args.lengths.clone(),
-        tasks: args.tasks.iter().map(|t| t.name()).collect(),
-        budgets: args.budgets.clone(),
-        trials: args.trials,
-        seed: args.seed,
-        answer_tokens: args
-            .tasks
-            .iter()
-            .map(|t| (t.name(), t.answer_tokens()))
-            .collect(),
-        question_under_policy: args.question_under_policy,
-        config: args.policy.config(PolicyKind::Full),
-        runs: specs.iter().map(|s| s.label.clone()).collect(),
-        cells,
-    };
+    let report = make_report(&args, &m.name, &specs, cells, true);
     let md = report.markdown();
     print!("{md}");
     if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let json = dir.join("tasks.json");
-        std::fs::write(&json, serde_json::to_string_pretty(&report)?)
-            .with_context(|| format!("writing {}", json.display()))?;
-        std::fs::write(dir.join("tasks.md"), &md)?;
+        save(&report, &md, dir)?;
         let plotted = crate::plots::write_tasks(&report.curves(), dir)?;
         eprintln!(
             "wrote {} and {}",
-            json.display(),
+            dir.join("tasks.json").display(),
             dir.join("tasks.md").display()
         );
         for p in plotted {

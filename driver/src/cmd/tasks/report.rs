@@ -50,6 +50,9 @@ pub struct Cell {
 pub struct Report {
     pub schema: &'static str,
     pub model: String,
+    /// False in the files a run writes while it is under way (and leaves when it is stopped):
+    /// they hold the (task, length) cells finished so far.
+    pub complete: bool,
     pub haystack: Haystack,
     pub lengths: Vec<usize>,
     pub tasks: Vec<&'static str>,
@@ -98,6 +101,15 @@ impl Report {
     /// mean score and its 95 % interval) and a cost table (rows runs).
     pub fn markdown(&self) -> String {
         let mut s = String::new();
+        if !self.complete {
+            let _ = writeln!(
+                s,
+                "\n**Partial: the run is under way or was stopped; {} of {} (task, length) \
+                 cells are in.**",
+                self.cells.len() / self.runs.len().max(1),
+                self.tasks.len() * self.lengths.len()
+            );
+        }
         for &length in &self.lengths {
             let _ = writeln!(
                 s,
@@ -229,6 +241,7 @@ mod tests {
         let r = Report {
             schema: "qkindex-tasks/1",
             model: "m".into(),
+            complete: true,
             haystack: Haystack::Essay,
             lengths: vec![1024],
             tasks: vec!["niah-single", "cwe"],
@@ -262,6 +275,37 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| exact-topk@100 | 900 | 900 | 1.00 |"), "{md}");
+        assert!(!md.contains("Partial"), "{md}");
+        let partial = Report {
+            complete: false,
+            ..r.clone()
+        };
+        assert!(
+            partial
+                .markdown()
+                .contains("**Partial: the run is under way or was stopped; 2 of 2 (task, length)"),
+            "{}",
+            partial.markdown()
+        );
+        // The files a run writes as it goes: replaced whole, the flag telling which they are.
+        let dir = std::env::temp_dir().join(format!("qkindex-tasks-save-{}", std::process::id()));
+        for (report, complete) in [(&partial, false), (&r, true)] {
+            crate::cmd::tasks::save(report, &report.markdown(), &dir).expect("save");
+            let json: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(dir.join("tasks.json")).expect("tasks.json"),
+            )
+            .expect("valid JSON");
+            assert_eq!(json["complete"], complete);
+            assert_eq!(json["cells"].as_array().map(Vec::len), Some(6));
+            let md = std::fs::read_to_string(dir.join("tasks.md")).expect("tasks.md");
+            assert_eq!(md.contains("Partial"), !complete);
+        }
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names.len(), 2, "temporary files left: {names:?}");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
         let c = r.curves();
         assert_eq!(c[0].refs, vec![("full".to_string(), 75.0)]);
         assert_eq!(
