@@ -564,3 +564,82 @@ fn far_looking_causal_lists_are_unmasked() {
     assert!(unmasked[2] > (n - 1024) / 2, "{unmasked:?}");
     assert!(unmasked[2] < n - 1024 + 1, "{unmasked:?}");
 }
+
+/// `far_check` (issue 27): a pooled causal group with enough unmasked lists also builds the
+/// full-list graph and keeps the one whose worst head scans less for recall 0.95 on held-out
+/// recent queries, reporting both; below its share no second build runs; without
+/// `global_full`, or out of 0..=1, it is a typed error.
+#[test]
+fn far_check_keeps_the_graph_its_check_prefers() {
+    let (n, dim, group) = (1600, 16, 2);
+    let data = ood(n, 20, dim, 21);
+    let keys = Arc::new(KeyStore::from_f32(data.keys[..n * dim].to_vec(), dim).expect("keys"));
+    let pooled: Vec<f32> = (0..group)
+        .flat_map(|_| data.train_queries[..n * dim].iter().copied())
+        .collect();
+    let visible: Vec<u32> = (0..group).flat_map(|_| 1..=n as u32).collect();
+    let cancel = qkindex::Cancel::new();
+    let params = AttentionParams {
+        causal: true,
+        queries_per_key: 0.5,
+        // Every list past the near window with a key before it is unmasked.
+        global_full: 1.0,
+        far_check: 0.01,
+        ..AttentionParams::default()
+    };
+    let build = |params: &AttentionParams| {
+        AttentionIndex::build_visible(keys.clone(), &pooled, &visible, params, &CpuKnn, &cancel)
+    };
+    let index = build(&params).expect("build");
+    check_invariants(&index, n, &params, "far check");
+    check_exact_at_full_ef(&index, &data.test_queries, dim, "far check");
+    assert_eq!(
+        index.params(),
+        &params,
+        "the kept graph keeps the asked parameters"
+    );
+    let stats = index.build_stats();
+    let check = stats.far_check.clone().expect("the check ran");
+    assert_eq!(check.heads, group);
+    // Every 4th pooled row trains; each head has more than 64 held-out recent rows.
+    assert_eq!(check.queries, group * 64);
+    assert!(
+        check.far_share >= params.far_check && check.far_share <= 1.0,
+        "{check:?}"
+    );
+    for s in [check.causal_scanned, check.full_scanned] {
+        assert!(s > 0.0 && s <= 1.0, "{check:?}");
+    }
+    assert_eq!(check.kept_full, check.full_scanned < check.causal_scanned);
+    // The kept graph's lists: the full graph unmasks none.
+    assert_eq!(stats.unmasked_lists == 0, check.kept_full, "{stats:?}");
+    assert!(stats.total_s >= check.seconds);
+
+    // Above the observed share: one build, no check.
+    let rare = AttentionParams {
+        far_check: (check.far_share * 1.5).min(1.0),
+        ..params.clone()
+    };
+    if check.far_share < 1.0 {
+        let index = build(&rare).expect("build");
+        assert_eq!(index.build_stats().far_check, None);
+        assert!(index.build_stats().unmasked_lists > 0);
+    }
+    for (far_check, global_full) in [(0.1, 0.0), (1.5, 0.5), (f64::NAN, 0.5)] {
+        let bad = AttentionParams {
+            far_check,
+            global_full,
+            ..params.clone()
+        };
+        assert!(
+            matches!(
+                build(&bad),
+                Err(Error::InvalidParam {
+                    name: "far_check",
+                    ..
+                })
+            ),
+            "far_check {far_check}, global_full {global_full}"
+        );
+    }
+}

@@ -120,6 +120,11 @@ fn strings_name_the_params() {
         "attention:causal=true,queries-per-key=1.25,global-full=0.2"
     );
     assert_eq!(
+        parse("attention:far-check=0.04,global-full=0.1,causal=true,queries-per-key=1.25")
+            .to_string(),
+        "attention:causal=true,queries-per-key=1.25,global-full=0.1,far-check=0.04"
+    );
+    assert_eq!(
         parse("attention:knn-graph=160,queries-per-key=1").to_string(),
         "attention:queries-per-key=1,knn-graph=160"
     );
@@ -140,6 +145,15 @@ fn build_cost_keys_reject_what_they_cannot_do() {
         ("attention:causal=true,knn-graph=64", "knn-graph"),
         ("attention:knn-probe=8,knn-graph=64", "knn-graph"),
         ("attention:prune-cands=many", "prune-cands"),
+        ("attention:causal=true,far-check=0.04", "far-check"),
+        (
+            "attention:causal=true,global-full=0.1,far-check=2",
+            "far-check",
+        ),
+        (
+            "attention:causal=true,global-full=0.1,far-check=-0.1",
+            "far-check",
+        ),
     ] {
         match spec.parse::<IndexSpec>() {
             Err(Error::InvalidParam { name, .. }) => assert_eq!(name, key, "{spec}"),
@@ -344,6 +358,7 @@ fn attention_params() -> impl Strategy<Value = AttentionParams> {
             1usize..300,
             any::<bool>(),
             prop_oneof![Just(0.0), 0.01f64..1.0],
+            prop_oneof![Just(0.0), 0.01f64..1.0],
         ),
         prop_oneof![Just(TrainOn::Queries), Just(TrainOn::Keys)],
         (
@@ -364,8 +379,8 @@ fn attention_params() -> impl Strategy<Value = AttentionParams> {
                 };
                 (p.kq, p.max_degree) = sizes;
                 (p.entry_count, p.recent_entries, p.sequence_edges) = counts;
-                let global_full;
-                (p.build_ef, p.default_ef, p.causal, global_full) = search;
+                let (global_full, far_check);
+                (p.build_ef, p.default_ef, p.causal, global_full, far_check) = search;
                 (
                     p.queries_per_key,
                     p.prune_candidates,
@@ -380,6 +395,10 @@ fn attention_params() -> impl Strategy<Value = AttentionParams> {
                 p.causal &= p.queries_per_key == 0.0 && p.knn_probe == 0 && p.knn_graph == 0;
                 if p.causal {
                     p.global_full = global_full;
+                }
+                // The far check is triggered by the unmasked lists.
+                if p.global_full > 0.0 {
+                    p.far_check = far_check;
                 }
                 p
             },

@@ -12,6 +12,7 @@
 //!    searched for (with its own vector as the query) and linked from the best reachable key
 //!    with room, so no key is lost.
 
+use super::far_check::{check_rows, worst_head_scanned, FarCheck};
 use super::params::{AttentionParams, EntryRule, Projection, TrainOn};
 use super::train_lists::{far_rows, thin, unmask_rows};
 use super::AttentionIndex;
@@ -45,12 +46,74 @@ pub struct BuildStats {
     pub unlisted_keys: usize,
     /// Causal lists replaced by full ones ([`AttentionParams::global_full`]).
     pub unmasked_lists: usize,
+    /// The far check's figures when it ran ([`AttentionParams::far_check`]); the other phase
+    /// times are those of the graph kept, `total_s` covers both builds and the check.
+    pub far_check: Option<FarCheck>,
     pub edges: usize,
     /// Name of the kNN backend used.
     pub knn_backend: String,
 }
 
 pub(super) fn build(
+    keys: Arc<KeyStore>,
+    train_queries: &[f32],
+    visible: Option<&[u32]>,
+    params: &AttentionParams,
+    knn: &dyn KnnBackend,
+    cancel: &Cancel,
+) -> Result<AttentionIndex> {
+    let start = Instant::now();
+    let mut index = build_once(keys.clone(), train_queries, visible, params, knn, cancel)?;
+    let stats = &index.stats;
+    let far_share = stats.unmasked_lists as f64 / stats.train_queries.max(1) as f64;
+    let Some(visible) = visible.filter(|_| {
+        params.far_check > 0.0
+            && params.train_on == TrainOn::Queries
+            && far_share >= params.far_check
+    }) else {
+        return Ok(index);
+    };
+    // A far-looking group: the graph of full lists too, and the better one for recent queries.
+    let t = Instant::now();
+    let full_params = AttentionParams {
+        causal: false,
+        global_full: 0.0,
+        far_check: 0.0,
+        ..params.clone()
+    };
+    let mut full = build_once(keys.clone(), train_queries, None, &full_params, knn, cancel)?;
+    let heads = check_rows(visible, params.queries_per_key, keys.len());
+    let scanned = worst_head_scanned(
+        &[&index, &full],
+        train_queries,
+        visible,
+        &heads,
+        knn,
+        cancel,
+    )?;
+    let (causal_scanned, full_scanned) = (scanned[0], scanned[1]);
+    // Ties (neither reaches the target) keep the causal lists asked for.
+    let kept_full = full_scanned < causal_scanned;
+    if kept_full {
+        // The index keeps the parameters it was asked for; its stats say which lists it holds.
+        full.params = params.clone();
+        std::mem::swap(&mut index, &mut full);
+    }
+    index.stats.far_check = Some(FarCheck {
+        far_share,
+        queries: heads.iter().map(Vec::len).sum(),
+        heads: heads.len(),
+        causal_scanned,
+        full_scanned,
+        kept_full,
+        seconds: t.elapsed().as_secs_f64(),
+    });
+    index.stats.total_s = start.elapsed().as_secs_f64();
+    Ok(index)
+}
+
+/// One build with the lists `params` ask for ([`build`] without the far check).
+fn build_once(
     keys: Arc<KeyStore>,
     train_queries: &[f32],
     visible: Option<&[u32]>,
@@ -167,6 +230,7 @@ pub(super) fn build(
         linked_unreachable: linked,
         unlisted_keys,
         unmasked_lists,
+        far_check: None,
         edges: graph.edges(),
         knn_backend: knn.name(),
     };

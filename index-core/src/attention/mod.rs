@@ -20,6 +20,7 @@
 
 mod build;
 mod coarse;
+mod far_check;
 mod graph_knn;
 mod insert;
 mod params;
@@ -27,6 +28,7 @@ mod train_lists;
 
 pub use crate::graph::Prune;
 pub use build::BuildStats;
+pub use far_check::FarCheck;
 pub use params::{AttentionParams, Codes, EntryRule, Projection, TrainOn};
 
 use crate::cancel::Cancel;

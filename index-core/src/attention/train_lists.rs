@@ -71,17 +71,25 @@ pub(super) fn thin<T: Clone>(
     n: usize,
 ) -> std::borrow::Cow<'_, [T]> {
     let m = queries.len() / dim.max(1);
-    let max = (per_key * n as f64).ceil() as usize;
-    if per_key <= 0.0 || max >= m || !queries.len().is_multiple_of(dim.max(1)) {
-        return queries.into();
-    }
-    let max = max.max(1);
-    let mut out = Vec::with_capacity(max * dim);
-    for i in 0..max {
-        let r = i * m / max;
+    let rows = match thinned_rows(m, per_key, n) {
+        Some(rows) if queries.len().is_multiple_of(dim.max(1)) => rows,
+        _ => return queries.into(),
+    };
+    let mut out = Vec::with_capacity(rows.len() * dim);
+    for r in rows {
         out.extend_from_slice(&queries[r * dim..(r + 1) * dim]);
     }
     out.into()
+}
+
+/// The rows of `m` that [`thin`] keeps for `per_key · n` (`None`: all of them).
+pub(super) fn thinned_rows(m: usize, per_key: f64, n: usize) -> Option<Vec<usize>> {
+    let max = (per_key * n as f64).ceil() as usize;
+    if per_key <= 0.0 || max >= m {
+        return None;
+    }
+    let max = max.max(1);
+    Some((0..max).map(|i| i * m / max).collect())
 }
 
 #[cfg(test)]

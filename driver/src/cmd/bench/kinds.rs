@@ -202,8 +202,21 @@ fn describe(index: &AnyIndex, elapsed: Duration) -> Option<String> {
                 0 => String::new(),
                 u => format!(", {u} causal lists unmasked"),
             };
+            let far = match &s.far_check {
+                None => String::new(),
+                Some(f) => format!(
+                    "; far check ({:.1} % unmasked, {} queries of {} heads, {:.2}s): worst head scans {:.4} causal, {:.4} full for recall 0.95, kept {}",
+                    100.0 * f.far_share,
+                    f.queries,
+                    f.heads,
+                    f.seconds,
+                    f.causal_scanned,
+                    f.full_scanned,
+                    if f.kept_full { "full" } else { "causal" }
+                ),
+            };
             format!(
-                "built from {} {source} in {:.2}s (knn {:.2}s, projection {:.2}s, connectivity {:.2}s; {} keys in no list, {} linked{unmasked})",
+                "built from {} {source} in {:.2}s (knn {:.2}s, projection {:.2}s, connectivity {:.2}s; {} keys in no list, {} linked{unmasked}{far})",
                 s.train_queries, elapsed.as_secs_f64(), s.knn_s, s.projection_s, s.connectivity_s, s.unlisted_keys, s.linked_unreachable
             )
         }

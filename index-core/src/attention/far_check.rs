@@ -1,0 +1,238 @@
+//! Choosing a far-looking group's training lists by measurement
+//! ([`far_check`](super::params::AttentionParams::far_check)).
+//!
+//! Causal lists tie each key to the queries after it, which suits heads that attend near their
+//! position. Some KV groups read from the whole context (Gemma 3 layer 5 at 32K): there one head
+//! needs full lists to stay within 1.1× of the full builder's scanned fraction, while a group
+//! with the same far-looking profile elsewhere (SmolLM2 layer 16 at 32K) needs causal ones. No
+//! statistic of the lists told the two apart (issue 27, pass 5), so for such a group the build
+//! makes both graphs and keeps the one that serves held-out recent queries better.
+//!
+//! The check queries are the group's most recent prefill queries that the thinning left out
+//! (so neither graph was built from them), the last ones of each query head: the rows of a
+//! pooled group come head-major, each head's rows with rising positions. Each graph is searched
+//! at rising `ef` for the exact top-`k` of the keys each query saw (causal: a truth over keys
+//! after the query would favour the full lists, which were trained on such keys); the score
+//! of a graph is the scanned fraction its worst head needs for recall 0.95, since the target
+//! is per head.
+
+use super::train_lists::thinned_rows;
+use super::AttentionIndex;
+use crate::cancel::Cancel;
+use crate::error::Result;
+use crate::knn::{KnnBackend, KnnOptions, KnnResult};
+use crate::scratch::Scratch;
+use crate::search::{AnnIndex, SearchOutput, SearchParams};
+
+/// Positions before the last key among which check queries are taken.
+pub(super) const CHECK_RECENT: usize = 512;
+/// Check queries per query head, at most.
+pub(super) const CHECK_PER_HEAD: usize = 64;
+/// Keys each check query asks for.
+pub(super) const CHECK_K: usize = 100;
+
+/// What the check measured and which lists the build kept.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct FarCheck {
+    /// Share of the training queries whose causal lists looked far back (the trigger).
+    pub far_share: f64,
+    /// Check queries, and the query heads they came from.
+    pub queries: usize,
+    pub heads: usize,
+    /// Scanned fraction the worst head needs for recall@100 0.95 on the check queries, in the
+    /// graph of causal lists and in that of full lists (infinite: not reached).
+    pub causal_scanned: f64,
+    pub full_scanned: f64,
+    /// True when the full-list graph was kept.
+    pub kept_full: bool,
+    /// Seconds of the second build and the check.
+    pub seconds: f64,
+}
+
+/// The check rows of a pooled group, per query head: rows not kept by the thinning
+/// (`thinned_rows(m, per_key, n)`) whose query sees one of the last [`CHECK_RECENT`] keys,
+/// the last [`CHECK_PER_HEAD`] of them per head (the nearest to the decode queries). A head is a maximal run of rows whose
+/// visible counts do not fall (the sinks' queries see none, the window's all of them). With no thinning every row is a training row, and the recent ones are
+/// taken all the same.
+pub(super) fn check_rows(visible: &[u32], per_key: f64, n: usize) -> Vec<Vec<usize>> {
+    let m = visible.len();
+    let mut kept = vec![false; m];
+    if let Some(rows) = thinned_rows(m, per_key, n) {
+        for r in rows {
+            kept[r] = true;
+        }
+    }
+    let recent_from = n.saturating_sub(CHECK_RECENT);
+    let mut heads: Vec<Vec<usize>> = Vec::new();
+    for r in 0..m {
+        if r == 0 || visible[r] < visible[r - 1] {
+            heads.push(Vec::new());
+        }
+        if !kept[r] && visible[r] as usize > recent_from {
+            if let Some(h) = heads.last_mut() {
+                h.push(r);
+            }
+        }
+    }
+    // Without thinning (or when it kept every recent row) the recent rows are training rows.
+    if heads.iter().all(Vec::is_empty) {
+        heads.clear();
+        for r in 0..m {
+            if r == 0 || visible[r] < visible[r - 1] {
+                heads.push(Vec::new());
+            }
+            if visible[r] as usize > recent_from {
+                if let Some(h) = heads.last_mut() {
+                    h.push(r);
+                }
+            }
+        }
+    }
+    heads
+        .into_iter()
+        .filter(|h| !h.is_empty())
+        .map(|h| h[h.len().saturating_sub(CHECK_PER_HEAD)..].to_vec())
+        .collect()
+}
+
+/// The recall the check asks of each head.
+pub(super) const CHECK_TARGET: f64 = 0.95;
+/// Growth of `ef` between the check's sweep steps, and its steps at most.
+const EF_STEP: f64 = 1.12;
+const MAX_STEPS: usize = 40;
+
+/// For each of `indexes`, the scanned fraction its worst head needs for mean recall@[`CHECK_K`]
+/// [`CHECK_TARGET`] over the check rows `heads` of `queries` (`dim` columns), against the exact
+/// top-k over the `visible` keys of each row (all of them for the decode driver's window rows;
+/// a search result past that is a miss): an `ef` sweep from k up by [`EF_STEP`], the fraction linearly
+/// interpolated between the step that reaches the target and the one before it (the measure the
+/// per-head target is stated in). A head that never reaches it counts as infinite.
+pub(super) fn worst_head_scanned(
+    indexes: &[&AttentionIndex],
+    queries: &[f32],
+    visible: &[u32],
+    heads: &[Vec<usize>],
+    knn: &dyn KnnBackend,
+    cancel: &Cancel,
+) -> Result<Vec<f64>> {
+    let Some(first) = indexes.first() else {
+        return Ok(Vec::new());
+    };
+    let (keys, d) = (&first.keys, first.dim());
+    let (n, k) = (keys.len(), CHECK_K.min(keys.len()));
+    let rows: Vec<usize> = heads.iter().flatten().copied().collect();
+    let picked: Vec<f32> = rows
+        .iter()
+        .flat_map(|&r| queries[r * d..(r + 1) * d].iter().copied())
+        .collect();
+    // The truth is causal: a check query's keys are those its position saw.
+    let seen: Vec<u32> = rows.iter().map(|&r| visible[r]).collect();
+    let options = KnnOptions {
+        visible: Some(seen.into()),
+        cancel: cancel.clone(),
+        ..KnnOptions::default()
+    };
+    let exact = knn.topk(&picked, keys, k, &options)?;
+    let mut out = Vec::with_capacity(indexes.len());
+    let mut scratch = Scratch::new(n);
+    let mut found = SearchOutput::default();
+    for index in indexes {
+        // Per head: the last (scanned, recall) below the target, and the fraction once reached.
+        let mut below = vec![(0.0, 0.0); heads.len()];
+        let mut at = vec![f64::INFINITY; heads.len()];
+        let mut ef = k as f64;
+        for _ in 0..MAX_STEPS {
+            let step_ef = (ef.round() as usize).min(n);
+            let mut i = 0;
+            for (h, head) in heads.iter().enumerate() {
+                if at[h].is_finite() {
+                    i += head.len();
+                    continue;
+                }
+                cancel.check("far check")?;
+                let (mut recall, mut products) = (0.0, 0u64);
+                for &r in head {
+                    let q = &picked[i * d..(i + 1) * d];
+                    // A masked search: room for the keys past the query, then dropped.
+                    let seen = (visible[r] as usize).min(n);
+                    let wide = (k + n - seen).min(n);
+                    let params = SearchParams::with_ef(step_ef.max(wide));
+                    index.search_into(q, wide, &params, &mut scratch, &mut found)?;
+                    let truth = exact.row(i);
+                    let want = truth.iter().filter(|&&id| id != KnnResult::PAD).count();
+                    let kept = found.ids.iter().filter(|&&id| (id as usize) < seen).take(k);
+                    let hit = kept.filter(|id| truth.contains(id)).count();
+                    recall += hit as f64 / want.max(1) as f64;
+                    products += found.stats.distance_computations;
+                    i += 1;
+                }
+                let recall = recall / head.len() as f64;
+                let scanned = products as f64 / (head.len() * n) as f64;
+                if recall >= CHECK_TARGET {
+                    let (s0, r0) = below[h];
+                    at[h] = s0 + (scanned - s0) * (CHECK_TARGET - r0) / (recall - r0);
+                } else {
+                    below[h] = (scanned, recall);
+                }
+            }
+            if at.iter().all(|a| a.is_finite()) || ef >= n as f64 {
+                break;
+            }
+            ef *= EF_STEP;
+        }
+        out.push(at.into_iter().fold(0.0, f64::max));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check_rows, CHECK_PER_HEAD, CHECK_RECENT};
+
+    /// Two heads of `p` positions pooled head-major against `p` keys.
+    fn pooled(p: usize) -> Vec<u32> {
+        (0..2).flat_map(|_| 1..=p as u32).collect()
+    }
+
+    #[test]
+    fn check_rows_are_recent_held_out_rows_per_head() {
+        let p = 4 * CHECK_RECENT;
+        let visible = pooled(p);
+        // Thinned to 0.5 · p of 2p rows: every 4th row is kept.
+        let heads = check_rows(&visible, 0.5, p);
+        assert_eq!(heads.len(), 2);
+        for (h, rows) in heads.iter().enumerate() {
+            assert_eq!(rows.len(), CHECK_PER_HEAD);
+            for &r in rows {
+                assert_eq!(r / p, h, "row {r} belongs to head {h}");
+                assert!(r % 4 != 0, "row {r} is a training row");
+                assert!(
+                    visible[r] as usize > p - CHECK_RECENT,
+                    "row {r} is not recent"
+                );
+            }
+            assert!(rows.windows(2).all(|w| w[0] < w[1]));
+        }
+        // Unthinned: the recent rows are taken all the same.
+        let heads = check_rows(&visible, 0.0, p);
+        assert_eq!(heads.len(), 2);
+        assert!(heads.iter().all(|h| h.len() == CHECK_PER_HEAD));
+        // A short context: fewer recent rows than the cap, all of them.
+        let short = pooled(10);
+        let heads = check_rows(&short, 0.0, 10);
+        assert_eq!(heads, vec![(0..10).collect::<Vec<_>>(), (10..20).collect()]);
+        assert!(check_rows(&[], 1.0, 10).is_empty());
+        // The decode driver's counts: 0 for the sinks' queries, all keys for the window's.
+        let (sink, window, n) = (4usize, 600, 2000);
+        let one: Vec<u32> = (0..sink + n + window)
+            .map(|t| (t + 1).saturating_sub(sink).min(n) as u32)
+            .collect();
+        let visible = one.repeat(3);
+        let heads = check_rows(&visible, 0.0, n);
+        assert_eq!(heads.len(), 3);
+        for (h, rows) in heads.iter().enumerate() {
+            assert_eq!(rows.len(), CHECK_PER_HEAD);
+            assert!(rows.iter().all(|&r| r / one.len() == h));
+        }
+    }
+}
