@@ -49,11 +49,29 @@ pub struct FarCheck {
     pub seconds: f64,
 }
 
+impl std::fmt::Display for FarCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "far check ({:.1} % of lists unmasked, {} queries of {} heads, {:.1} s): the worst \
+             head needs {:.4} of the keys with causal lists, {:.4} with full ones; kept {}",
+            100.0 * self.far_share,
+            self.queries,
+            self.heads,
+            self.seconds,
+            self.causal_scanned,
+            self.full_scanned,
+            if self.kept_full { "full" } else { "causal" }
+        )
+    }
+}
+
 /// The check rows of a pooled group, per query head: rows not kept by the thinning
-/// (`thinned_rows(m, per_key, n)`) whose query sees one of the last [`CHECK_RECENT`] keys,
-/// the last [`CHECK_PER_HEAD`] of them per head (the nearest to the decode queries). A head is a maximal run of rows whose
-/// visible counts do not fall (the sinks' queries see none, the window's all of them). With no thinning every row is a training row, and the recent ones are
-/// taken all the same.
+/// (`thinned_rows(m, per_key, n)`) whose query sees one of the last [`CHECK_RECENT`] keys, the
+/// last [`CHECK_PER_HEAD`] of them per head (the nearest to the decode queries). A head is a
+/// maximal run of rows whose visible counts do not fall (the sinks' queries see none, the
+/// window's all of them). When the thinning left no recent row out (or there is none), the
+/// recent rows are taken all the same.
 pub(super) fn check_rows(visible: &[u32], per_key: f64, n: usize) -> Vec<Vec<usize>> {
     let m = visible.len();
     let mut kept = vec![false; m];
@@ -63,30 +81,23 @@ pub(super) fn check_rows(visible: &[u32], per_key: f64, n: usize) -> Vec<Vec<usi
         }
     }
     let recent_from = n.saturating_sub(CHECK_RECENT);
-    let mut heads: Vec<Vec<usize>> = Vec::new();
-    for r in 0..m {
-        if r == 0 || visible[r] < visible[r - 1] {
-            heads.push(Vec::new());
-        }
-        if !kept[r] && visible[r] as usize > recent_from {
-            if let Some(h) = heads.last_mut() {
-                h.push(r);
-            }
-        }
-    }
-    // Without thinning (or when it kept every recent row) the recent rows are training rows.
-    if heads.iter().all(Vec::is_empty) {
-        heads.clear();
+    let recent_rows = |held_out: bool| {
+        let mut heads: Vec<Vec<usize>> = Vec::new();
         for r in 0..m {
             if r == 0 || visible[r] < visible[r - 1] {
                 heads.push(Vec::new());
             }
-            if visible[r] as usize > recent_from {
+            if visible[r] as usize > recent_from && !(held_out && kept[r]) {
                 if let Some(h) = heads.last_mut() {
                     h.push(r);
                 }
             }
         }
+        heads
+    };
+    let mut heads = recent_rows(true);
+    if heads.iter().all(Vec::is_empty) {
+        heads = recent_rows(false);
     }
     heads
         .into_iter()
@@ -104,9 +115,9 @@ const MAX_STEPS: usize = 40;
 /// For each of `indexes`, the scanned fraction its worst head needs for mean recall@[`CHECK_K`]
 /// [`CHECK_TARGET`] over the check rows `heads` of `queries` (`dim` columns), against the exact
 /// top-k over the `visible` keys of each row (all of them for the decode driver's window rows;
-/// a search result past that is a miss): an `ef` sweep from k up by [`EF_STEP`], the fraction linearly
-/// interpolated between the step that reaches the target and the one before it (the measure the
-/// per-head target is stated in). A head that never reaches it counts as infinite.
+/// a search result past that is a miss): an `ef` sweep from k up by [`EF_STEP`], the fraction
+/// linearly interpolated between the step that reaches the target and the one before it (the
+/// measure the per-head target is stated in). A head that never reaches it counts as infinite.
 pub(super) fn worst_head_scanned(
     indexes: &[&AttentionIndex],
     queries: &[f32],

@@ -204,16 +204,7 @@ fn describe(index: &AnyIndex, elapsed: Duration) -> Option<String> {
             };
             let far = match &s.far_check {
                 None => String::new(),
-                Some(f) => format!(
-                    "; far check ({:.1} % unmasked, {} queries of {} heads, {:.2}s): worst head scans {:.4} causal, {:.4} full for recall 0.95, kept {}",
-                    100.0 * f.far_share,
-                    f.queries,
-                    f.heads,
-                    f.seconds,
-                    f.causal_scanned,
-                    f.full_scanned,
-                    if f.kept_full { "full" } else { "causal" }
-                ),
+                Some(f) => format!("; {f}"),
             };
             format!(
                 "built from {} {source} in {:.2}s (knn {:.2}s, projection {:.2}s, connectivity {:.2}s; {} keys in no list, {} linked{unmasked}{far})",

@@ -27,16 +27,7 @@ pub(super) fn build_rest(
     // A far check ran (a group that reads from the whole context): say what it chose.
     if let RestIndex::Attention(a) = &rest {
         if let Some(f) = &a.build_stats().far_check {
-            eprintln!(
-                "layer {} KV head {}: far check ({:.1} % of lists unmasked): the worst head needs {:.4} of the keys with causal lists, {:.4} with full ones; kept {} ({:.1} s)",
-                prefill.layer,
-                prefill.kv_head,
-                100.0 * f.far_share,
-                f.causal_scanned,
-                f.full_scanned,
-                if f.kept_full { "full" } else { "causal" },
-                f.seconds
-            );
+            eprintln!("layer {} KV head {}: {f}", prefill.layer, prefill.kv_head);
         }
     }
     Ok(rest)
