@@ -156,8 +156,8 @@ impl Report {
             }
         }
         s.push_str(
-            "\nScores: RULER's string_match_all × 100, mean over trials [95 % interval: Wilson for \
-             0/100 scores, else normal on the mean]. Costs are means over the tasks; `full` \
+            "\nScores: RULER's string_match_all × 100, mean over trials [Wilson's 95 % interval \
+             on mean / 100 over the trials]. Costs are means over the tasks; `full` \
              scores and attends every key.\n",
         );
         s.push_str(if self.question_under_policy {

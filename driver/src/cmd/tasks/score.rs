@@ -1,7 +1,12 @@
 //! Scoring as RULER does: a sample scores the percentage of its expected strings found in the
 //! generated text (`string_match_all`, case-insensitive); a task the mean over its samples,
-//! with a 95 % interval: Wilson's when every sample scored 0 or 100, else the normal interval
-//! on the mean (mean ± 1.96 s/√n, clamped to [0, 100]; a single sample's is [0, 100]).
+//! with Wilson's 95 % interval on `p = mean / 100` over the `n` samples.
+//!
+//! Wilson's interval is exact-binomial-like for 0/100 scores, and it stays honest for the
+//! partial scores of vt, cwe or multi-value: a score in [0, 1] with mean `p` has variance at
+//! most `p (1 − p)`, the Bernoulli's, so the interval Wilson draws for `p` with that variance is
+//! never narrower than the data allow. A normal interval on the sample variance is not: five
+//! equal partial scores (vt's 20, 20, 20, 20, 20) gave it zero width.
 
 /// z of a two-sided 95 % interval.
 const Z95: f64 = 1.959963984540054;
@@ -25,7 +30,7 @@ pub struct Score {
     pub mean: f64,
     pub lo: f64,
     pub hi: f64,
-    /// `wilson` or `normal`.
+    /// `wilson` (`none` when there is no sample).
     pub interval: &'static str,
     pub n: usize,
 }
@@ -43,40 +48,23 @@ pub fn summarize(scores: &[f64]) -> Score {
         };
     }
     let mean = scores.iter().sum::<f64>() / n as f64;
-    let binary = scores.iter().all(|&s| s == 0.0 || s == 100.0);
-    if binary {
-        let k = scores.iter().filter(|&&s| s == 100.0).count();
-        let (lo, hi) = wilson(k, n);
-        return Score {
-            mean,
-            lo: 100.0 * lo,
-            hi: 100.0 * hi,
-            interval: "wilson",
-            n,
-        };
-    }
-    let (lo, hi) = if n < 2 {
-        (0.0, 100.0)
-    } else {
-        let var = scores.iter().map(|s| (s - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-        let half = Z95 * (var / n as f64).sqrt();
-        ((mean - half).max(0.0), (mean + half).min(100.0))
-    };
+    let (lo, hi) = wilson(mean / 100.0, n);
     Score {
         mean,
-        lo,
-        hi,
-        interval: "normal",
+        lo: 100.0 * lo,
+        hi: 100.0 * hi,
+        interval: "wilson",
         n,
     }
 }
 
-/// Wilson's 95 % score interval of `k` successes in `n` trials, as proportions.
-pub fn wilson(k: usize, n: usize) -> (f64, f64) {
+/// Wilson's 95 % score interval of a proportion `p` (in [0, 1]; `k / n` for `k` successes)
+/// observed over `n` samples.
+pub fn wilson(p: f64, n: usize) -> (f64, f64) {
     if n == 0 {
         return (0.0, 1.0);
     }
-    let (nf, p, z2) = (n as f64, k as f64 / n as f64, Z95 * Z95);
+    let (nf, p, z2) = (n as f64, p.clamp(0.0, 1.0), Z95 * Z95);
     let centre = (p + z2 / (2.0 * nf)) / (1.0 + z2 / nf);
     let half = Z95 / (1.0 + z2 / nf) * (p * (1.0 - p) / nf + z2 / (4.0 * nf * nf)).sqrt();
     ((centre - half).max(0.0), (centre + half).min(1.0))
@@ -109,35 +97,38 @@ mod tests {
     #[test]
     fn wilson_known_values() {
         // k = 8 of n = 10: [0.4902, 0.9433]; 0 of 10: [0, 0.2775]; 10 of 10: [0.7225, 1].
-        let (lo, hi) = wilson(8, 10);
+        let (lo, hi) = wilson(0.8, 10);
         assert!(
             (lo - 0.4902).abs() < 1e-4 && (hi - 0.9433).abs() < 1e-4,
             "{lo} {hi}"
         );
-        let (lo, hi) = wilson(0, 10);
+        let (lo, hi) = wilson(0.0, 10);
         assert!(lo.abs() < 1e-12 && (hi - 0.2775).abs() < 1e-4, "{lo} {hi}");
-        let (lo, hi) = wilson(10, 10);
+        let (lo, hi) = wilson(1.0, 10);
         assert!(
             (lo - 0.7225).abs() < 1e-4 && (hi - 1.0).abs() < 1e-12,
             "{lo} {hi}"
         );
-        assert_eq!(wilson(0, 0), (0.0, 1.0));
+        assert_eq!(wilson(0.0, 0), (0.0, 1.0));
     }
 
     #[test]
-    fn summaries_pick_their_interval() {
+    fn summaries_use_wilson_for_binary_and_partial_scores() {
         let b = summarize(&[100.0, 0.0, 100.0, 100.0]);
         assert_eq!((b.mean, b.interval, b.n), (75.0, "wilson", 4));
-        let (lo, hi) = wilson(3, 4);
+        let (lo, hi) = wilson(0.75, 4);
         assert!((b.lo - 100.0 * lo).abs() < 1e-9 && (b.hi - 100.0 * hi).abs() < 1e-9);
-        // 50, 75, 100: mean 75, s = 25, half = 1.96 · 25 / √3 = 28.29.
-        let p = summarize(&[50.0, 75.0, 100.0]);
-        assert_eq!(p.interval, "normal");
-        assert!(
-            (p.lo - 46.71).abs() < 0.01 && (p.hi - 100.0).abs() < 1e-9,
-            "{p:?}"
-        );
+        // Five equal partial scores: the interval of p = 0.2 over 5 samples, not zero width.
+        let p = summarize(&[20.0; 5]);
+        let (lo, hi) = wilson(0.2, 5);
+        assert!((p.lo - 100.0 * lo).abs() < 1e-9 && (p.hi - 100.0 * hi).abs() < 1e-9);
+        assert!(p.lo < 5.0 && p.hi > 60.0, "{p:?}");
+        // Partial scores are never given a narrower interval than 0/100 scores of the same
+        // mean and count (the Bernoulli has the largest variance of a bounded score).
+        let binary = summarize(&[100.0, 0.0, 0.0, 0.0, 0.0]);
+        assert_eq!((p.lo, p.hi), (binary.lo, binary.hi));
         let one = summarize(&[50.0]);
-        assert_eq!((one.lo, one.hi), (0.0, 100.0));
+        assert!(one.lo < 10.0 && one.hi > 90.0, "{one:?}");
+        assert_eq!(summarize(&[]).interval, "none");
     }
 }
