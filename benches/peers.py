@@ -15,6 +15,13 @@ Peer kinds (--kinds):
   faiss-flat   faiss.IndexFlatIP                                    index=flat  variant=""
   faiss-ivf    faiss.IndexIVFFlat(IndexFlatIP quantizer, METRIC_INNER_PRODUCT), nprobe sweep
                                                                     index=ivf   variant=""
+  faiss-ivfpq-fs
+               faiss.IndexIVFPQFastScan (4-bit PQ codes, M = d/2 sub-quantizers up to d = 64, d/4
+               above; IndexFlatIP quantizer, METRIC_INNER_PRODUCT), nprobe sweep, ranked on codes
+                                                                    index=ivfpq-fs variant=""
+  faiss-ivfpq-fs-refine
+               the same wrapped in IndexRefineFlat: the best k_factor·k by code are re-ranked on
+               the f32 keys (one peer per --refine value)           index=ivfpq-fs variant="refine×F"
   faiss-hnsw   faiss.IndexHNSWFlat(d, M, METRIC_INNER_PRODUCT), efConstruction, efSearch sweep
                                                                     index=hnsw  variant="ip"
   hnswlib-ip   hnswlib space 'ip', M=16, ef_construction=200, ef sweep
@@ -30,7 +37,9 @@ Latency p50/p99: single-query calls in a Python loop, all queries repeated until
 
 distance_computations / scanned: exact for faiss (flat: n; IVF: nlist centroid products + the sizes
 of the probed inverted lists, from quantizer.search and invlists.list_size; HNSW: faiss' own counter
-hnsw_stats.ndis, upper levels included, from one extra untimed batch call). hnswlib does not expose
+hnsw_stats.ndis, upper levels included, from one extra untimed batch call; IVF-PQ fast-scan:
+the nlist centroid products plus the k_factor·k re-ranked keys, with the probed list sizes in
+code_estimates, as `qkindex bench` reports its code walk). hnswlib does not expose
 a counter, so both are null for hnswlib rows (never estimated).
 
 Both HNSW peers take --M and --ef-construction (defaults 16 and 200, the defaults of
@@ -61,10 +70,13 @@ except ImportError:  # the system python may lack numpy; main() re-runs in the v
     np = None
 
 SCHEMA = "qkindex-bench/1"
-ALL_KINDS = ["faiss-flat", "faiss-ivf", "faiss-hnsw", "hnswlib-ip", "hnswlib-l2r"]
+ALL_KINDS = ["faiss-flat", "faiss-ivf", "faiss-ivfpq-fs", "faiss-ivfpq-fs-refine", "faiss-hnsw",
+             "hnswlib-ip", "hnswlib-l2r"]
 KIND_META = {  # kind -> (index, variant, impl)
     "faiss-flat": ("flat", "", "faiss"),
     "faiss-ivf": ("ivf", "", "faiss"),
+    "faiss-ivfpq-fs": ("ivfpq-fs", "", "faiss"),
+    "faiss-ivfpq-fs-refine": ("ivfpq-fs", "refine", "faiss"),
     "faiss-hnsw": ("hnsw", "ip", "faiss"),
     "hnswlib-ip": ("hnsw", "ip", "hnswlib"),
     "hnswlib-l2r": ("hnsw", "", "hnswlib"),
@@ -256,6 +268,56 @@ class FaissIVF(Peer):
         return self.nlist + probed.sum(axis=1).astype(np.float64)
 
 
+class FaissIVFPQFastScan(FaissIVF):
+    """faiss IndexIVFPQFastScan with 4-bit codes, optionally behind an exact IndexRefineFlat."""
+
+    def __init__(self, args, refine=None):
+        super().__init__(args, args.nlist[0] if args.nlist else None)
+        self.refine = refine
+        self.variant = "" if refine is None else "refine×%d" % refine
+
+    def build(self, K):
+        faiss = self.faiss
+        n, d = K.shape
+        self.n = n
+        nlist = min(self.nlist_req or max(1, int(round(4 * math.sqrt(n)))), n)
+        self.nlist = nlist
+        m = d // 2 if d <= 64 else d // 4
+        quant = faiss.IndexFlatIP(d)
+        ivf = faiss.IndexIVFPQFastScan(quant, d, nlist, m, 4, faiss.METRIC_INNER_PRODUCT)
+        ivf.cp.niter = self.args.ivf_iters
+        ivf.cp.seed = self.args.seed
+        ivf.train(K)
+        self.quant, self.ivf = quant, ivf  # keep the python objects alive
+        self.m = m
+        if self.refine is None:
+            self.index = ivf
+        else:
+            # IndexRefineFlat.add adds to the base (codes) and to its own f32 copy.
+            self.index = faiss.IndexRefineFlat(ivf)
+            self.index.k_factor = float(self.refine)
+        self.index.add(K)
+        inv = ivf.invlists
+        self.sizes = np.array([inv.list_size(i) for i in range(nlist)], dtype=np.int64)
+
+    def bytes_per_key(self, d):
+        """Index bytes per key: the 4-bit codes and the 8-byte id (the refine's f32 copy not
+        counted, as no kind counts its stored keys)."""
+        return self.m / 2 + 8
+
+    def configure(self, p):
+        self.ivf.nprobe = p
+
+    def dcs(self, Q, k):
+        """Full-precision products: the centroids and the re-ranked candidates."""
+        return np.full(len(Q), float(self.nlist + (self.refine or 0) * k))
+
+    def code_estimates(self, Q, k):
+        _, lists = self.ivf.quantizer.search(Q, self.ivf.nprobe)
+        probed = np.where(lists >= 0, self.sizes[np.maximum(lists, 0)], 0)
+        return probed.sum(axis=1).astype(np.float64)
+
+
 class FaissHnsw(Peer):
     """faiss IndexHNSWFlat with inner product (faiss builds HNSW on the raw inner product)."""
     param_name = "ef"
@@ -337,6 +399,10 @@ def make_peers(kind, args):
         return [FaissFlat(args)]
     if kind == "faiss-ivf":
         return [FaissIVF(args, nl) for nl in (args.nlist or [None])]
+    if kind == "faiss-ivfpq-fs":
+        return [FaissIVFPQFastScan(args)]
+    if kind == "faiss-ivfpq-fs-refine":
+        return [FaissIVFPQFastScan(args, r) for r in args.refine]
     return [make_peer(kind, args)]
 
 
@@ -546,23 +612,28 @@ def run(args):
                     del S
                     for kind, peer, build_s in built:
                         index, variant, impl = KIND_META[kind]
+                        variant = getattr(peer, "variant", variant)
                         for p in peer.params(args):
                             peer.configure(p)
                             ids, tb = time_batch(lambda: peer.search(Q, k), args.repeat)
                             p50, p99 = time_single(peer, Q, k, args.latency_samples)
                             dc = peer.dcs(Q, k)
+                            est = peer.code_estimates(Q, k) if hasattr(peer, "code_estimates") else None
                             row = {"index": index, "variant": variant, "impl": impl, "layer": L, "head": h,
                                    "queries": qs,
                                    "params": {} if p is None else {peer.param_name: int(p)},
                                    "recall": recall_at_k(ids, exact, k),
                                    "scanned": None if dc is None else float(dc.mean() / n),
                                    "distance_computations": None if dc is None else float(dc.mean()),
+                                   "code_estimates": None if est is None else float(est.mean()),
+                                   "bytes_per_key": (peer.bytes_per_key(dump.d)
+                                                     if hasattr(peer, "bytes_per_key") else None),
                                    "qps": len(Q) / tb,
                                    "latency_us": {"p50": p50, "p99": p99},
                                    "build_s": {"total": build_s},
                                    "mass_ratio": mass.ratio(ids),
                                    "output_cosine": None}
-                            if kind == "faiss-ivf":
+                            if kind.startswith("faiss-ivf"):
                                 row["params"]["nlist"] = peer.nlist  # informational, not swept
                             rows.append(row)
                             print("%-5s %-12s %-7s %3d %3d %-4s %-20s %7.4f %8s %10s %9.0f %9.1f %8.1f %7.4f" %
@@ -645,6 +716,8 @@ def main():
                     help="faiss IVF nprobe sweep, values > nlist dropped (default %s)" % DEFAULT_NPROBE)
     ap.add_argument("--nlist", type=int_list, default=None,
                     help="faiss IVF list counts, comma list: one IVF index per value (default round(4*sqrt(n)))")
+    ap.add_argument("--refine", type=int_list, default=[2, 4, 8],
+                    help="k_factor values of faiss-ivfpq-fs-refine, one peer each (default 2,4,8)")
     ap.add_argument("--ivf-iters", type=int, default=10, help="faiss IVF k-means iterations (default 10, faiss' default)")
     ap.add_argument("--M", type=int, default=16,
                     help="HNSW M of hnswlib and faiss-hnsw (default 16, as qkindex bench --kinds hnsw:m=16)")

@@ -32,6 +32,11 @@ pub struct Row {
     pub recall: f64,
     pub scanned: Option<f64>,
     pub distance_computations: Option<f64>,
+    /// Code estimates per query (int8 or PQ codes ranked before an exact re-rank); they are not
+    /// counted in `distance_computations` or `scanned`, which stay full-precision products.
+    /// Null for kinds that score no codes.
+    #[serde(default)]
+    pub code_estimates: Option<f64>,
     pub qps: f64,
     pub latency_us: Latency,
     pub build_s: serde_json::Value,
@@ -169,12 +174,12 @@ impl BenchReport {
     }
 
     fn csv(&self) -> String {
-        let mut s = String::from("index,variant,impl,k,layer,head,queries,params,recall,scanned,distance_computations,qps,latency_p50_us,latency_p99_us,latency_samples,build_total_s,bytes_per_key,mass_ratio,output_cosine\n");
+        let mut s = String::from("index,variant,impl,k,layer,head,queries,params,recall,scanned,distance_computations,code_estimates,qps,latency_p50_us,latency_p99_us,latency_samples,build_total_s,bytes_per_key,mass_ratio,output_cosine\n");
         let opt = |v: Option<f64>, p: usize| v.map_or(String::new(), |x| format!("{x:.p$}"));
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{},{},{},{:.5},{},{},{:.1},{:.2},{:.2},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{:.5},{},{},{},{:.1},{:.2},{:.2},{},{},{},{},{}",
                 csv_field(&r.index),
                 csv_field(&r.variant),
                 csv_field(&r.implementation),
@@ -186,6 +191,7 @@ impl BenchReport {
                 r.recall,
                 opt(r.scanned, 5),
                 opt(r.distance_computations, 1),
+                opt(r.code_estimates, 1),
                 r.qps,
                 r.latency_us.p50,
                 r.latency_us.p99,

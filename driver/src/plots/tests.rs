@@ -18,6 +18,7 @@ fn row(index: &str, queries: &str, layer: usize, ef: usize, recall: f64, scanned
         recall,
         scanned: Some(scanned),
         distance_computations: Some(scanned * 1000.0),
+        code_estimates: None,
         qps: 1000.0 / scanned,
         latency_us: Latency::default(),
         build_s: serde_json::Value::Null,

@@ -311,11 +311,13 @@ fn measure(
     }
     let n = index.len() as f64;
     let (mut recall, mut dc, mut mass_ratio, mut cosine) = (0.0, 0.0, 0.0, 0.0);
+    let mut estimates = 0.0;
     for ((out, exact), w) in outs.iter().zip(&set.exact).zip(&set.weights) {
         // The exact lists hold the largest k of the run; their first k are the exact top-k.
         let exact = &exact.ids[..k.min(exact.ids.len())];
         recall += eval::recall(&out.ids, exact);
         dc += out.stats.distance_computations as f64;
+        estimates += out.stats.code_estimates as f64;
         mass_ratio += eval::mass(w, &out.ids) / eval::mass(w, exact);
         if let Some(v) = values {
             cosine += eval::output_cosine(w, &out.ids, v, d);
@@ -334,6 +336,7 @@ fn measure(
         recall: recall / nqf,
         scanned: Some(dc / nqf / n),
         distance_computations: Some(dc / nqf),
+        code_estimates: (estimates > 0.0).then(|| estimates / nqf),
         qps: nqf / report::median(&mut pass_times),
         latency_us: report::percentiles(&mut latencies),
         build_s: serde_json::Value::Null,
