@@ -109,11 +109,22 @@ impl VisitedSet {
         let start = out.len();
         out.resize(start + ids.len(), 0);
         let buf = &mut out[start..];
-        let mut len = 0;
+        // Pass 1, loads only: the ids not marked before this call. No load here waits for the
+        // store of an earlier id (the ids of one neighbour list are often in the same word, and
+        // a test-and-set loop then runs at store-forwarding latency per id).
+        let mut fresh = 0;
         for &id in ids {
             if id >= n {
                 continue;
             }
+            let word = words[(id >> 6) as usize];
+            buf[fresh] = id;
+            fresh += usize::from(word & (1u64 << (id & 63)) == 0);
+        }
+        // Pass 2, over the few unmarked ones: mark them, dropping repeats within `ids`.
+        let mut len = 0;
+        for i in 0..fresh {
+            let id = buf[i];
             let w = &mut words[(id >> 6) as usize];
             let bit = 1u64 << (id & 63);
             buf[len] = id;
@@ -419,6 +430,42 @@ mod tests {
                 v.reset(n);
                 assert!(ids.iter().all(|&id| !v.contains(id)));
                 assert!(v.insert(ids[0]));
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// The filter keeps the first occurrence of every in-range id not marked before, in
+        /// order, and marks them all (repeats within one list, pre-marked ids and ids past `n`
+        /// included).
+        #[test]
+        fn filter_keeps_first_new_occurrences(
+            n in 1u32..300,
+            marked in proptest::collection::vec(0u32..300, 0..40),
+            ids in proptest::collection::vec(0u32..320, 0..80),
+        ) {
+            let mut v = VisitedSet::default();
+            v.reset(n as usize);
+            let mut seen = vec![false; n as usize];
+            let mut sink = Vec::new();
+            let pre: Vec<u32> = marked.into_iter().filter(|&m| m < n).collect();
+            v.filter_new(&pre, &mut sink);
+            for &m in &pre {
+                seen[m as usize] = true;
+            }
+            let mut want = Vec::new();
+            for &id in &ids {
+                if id < n && !seen[id as usize] {
+                    seen[id as usize] = true;
+                    want.push(id);
+                }
+            }
+            let mut got = vec![7u32];
+            v.filter_new_below(&ids, n, &mut got);
+            proptest::prop_assert_eq!(got[0], 7);
+            proptest::prop_assert_eq!(&got[1..], &want[..]);
+            for id in 0..n {
+                proptest::prop_assert_eq!(v.contains(id), seen[id as usize]);
             }
         }
     }
