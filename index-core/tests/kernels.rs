@@ -319,3 +319,42 @@ fn avx512_and_neon_sum_in_one_order() {
         same_order.iter().map(|k| k.isa).collect::<Vec<_>>()
     );
 }
+
+/// Gathers score four rows per step where a set has a four-row kernel (AVX2, `dim` a multiple
+/// of 8): every row must get the bits of the one-row dot kernel, at every count of ids (full
+/// blocks and the rest), and with repeated ids.
+#[test]
+fn gather_blocks_match_dot_bit_for_bit() {
+    for k in Kernels::available() {
+        for d in [8usize, 16, 24, 40, 64, 72, 128, 136, 256, 12] {
+            let n = 11usize;
+            let q: Vec<f32> = (0..d)
+                .map(|i| ((i * 41 % 97) as f32 - 48.0) / 5.0)
+                .collect();
+            let keys: Vec<f32> = (0..d * n)
+                .map(|i| ((i * 7907 % 223) as f32 - 111.0) / 11.0)
+                .collect();
+            let (kh, _) = f16_round(&keys);
+            for count in 0..=10usize {
+                let ids: Vec<u32> = (0..count).map(|i| ((i * 5 + 3) % n) as u32).collect();
+                let (mut g32, mut g16) = (vec![f32::NAN; count], vec![f32::NAN; count]);
+                (k.gather_f32)(&q, &keys, d, &ids, &mut g32);
+                (k.gather_f16)(&q, &kh, d, &ids, &mut g16);
+                for (i, &id) in ids.iter().enumerate() {
+                    let row = id as usize * d..(id as usize + 1) * d;
+                    let what = format!("{} d {d} count {count} #{i}", k.isa);
+                    assert_eq!(
+                        g32[i].to_bits(),
+                        (k.dot_f32)(&q, &keys[row.clone()]).to_bits(),
+                        "f32 {what}"
+                    );
+                    assert_eq!(
+                        g16[i].to_bits(),
+                        (k.dot_f16)(&q, &kh[row]).to_bits(),
+                        "f16 {what}"
+                    );
+                }
+            }
+        }
+    }
+}

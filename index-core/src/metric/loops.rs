@@ -14,13 +14,15 @@ macro_rules! kernel_set {
     (
         $(#[$doc:meta])*
         $set:ident, $isa:literal, $features:literal,
-        f32: ($dot_f32:ident, range: $range_f32:ident $(($four_f32:ident))?),
-        f16: ($dot_f16:ident, range: $range_f16:ident $(($four_f16:ident))?) $(,)?
+        f32: ($dot_f32:ident, range: $range_f32:ident $(($four_f32:ident))?
+              $(, gather: rows4($g4_f32:ident))?),
+        f16: ($dot_f16:ident, range: $range_f16:ident $(($four_f16:ident))?
+              $(, gather: rows4($g4_f16:ident))?) $(,)?
     ) => {
         $(#[$doc])*
         unsafe fn $set() -> Kernels {
-            scan_loops!($features, f32, $dot_f32, gather_f32, range_f32, $range_f32 $(($four_f32))?);
-            scan_loops!($features, f16, $dot_f16, gather_f16, range_f16, $range_f16 $(($four_f16))?);
+            scan_loops!($features, f32, $dot_f32, gather_f32, range_f32, $range_f32 $(($four_f32))?; $($g4_f32)?);
+            scan_loops!($features, f16, $dot_f16, gather_f16, range_f16, $range_f16 $(($four_f16))?; $($g4_f16)?);
             Kernels {
                 isa: $isa,
                 // SAFETY: the caller of this function vouches for the features.
@@ -41,18 +43,41 @@ macro_rules! kernel_set {
 }
 
 /// The gather and range loops of one key type `$t` over the dot kernel `$dot`, compiled for
-/// `$features` so that the kernel inlines into them.
+/// `$features` so that the kernel inlines into them; with a four-row kernel after the `;`
+/// (`unsafe fn(q: &[f32], rows: [&[$t]; 4], out: &mut [f32])`, `q.len()` a multiple of 8), the
+/// gather scores four rows per step.
 macro_rules! scan_loops {
-    ($features:literal, $t:ty, $dot:ident, $gather:ident, $range:ident, $how:ident $(($four:ident))?) => {
+    ($features:literal, $t:ty, $dot:ident, $gather:ident, $range:ident, $how:ident $(($four:ident))?; $($g4:ident)?) => {
         #[target_feature(enable = $features)]
         fn $gather(q: &[f32], keys: &[$t], dim: usize, ids: &[u32], out: &mut [f32]) {
-            // SAFETY: same target features as this function.
-            gather_rows(keys, dim, ids, out, |row| unsafe { $dot(q, row) })
+            gather_loop!($($g4)?; q, keys, dim, ids, out, $dot)
         }
         #[target_feature(enable = $features)]
         fn $range(q: &[f32], rows: &[$t], dim: usize, out: &mut [f32]) {
             range_loop!($how $(($four))?, q, rows, dim, out, $dot)
         }
+    };
+}
+
+/// The body of a gather kernel: one row at a time, or four rows per step through `$four`.
+macro_rules! gather_loop {
+    (; $q:ident, $keys:ident, $dim:ident, $ids:ident, $out:ident, $dot:ident) => {
+        // SAFETY: same target features as this function.
+        gather_rows($keys, $dim, $ids, $out, |row| unsafe { $dot($q, row) })
+    };
+    ($four:ident; $q:ident, $keys:ident, $dim:ident, $ids:ident, $out:ident, $dot:ident) => {
+        gather_blocks(
+            $keys,
+            $dim,
+            $ids,
+            $out,
+            $dim.is_multiple_of(8) && $q.len() >= $dim,
+            // SAFETY: same target features; `gather_blocks` passes four rows of `dim` values and
+            // blocks only when `dim` is a multiple of 8 and `q` holds `dim` values.
+            |rows, o| unsafe { $four(&$q[..$dim], rows, o) },
+            // SAFETY: same target features as this function.
+            |row| unsafe { $dot($q, row) },
+        )
     };
 }
 
@@ -87,6 +112,43 @@ pub(super) fn gather_rows<T>(
     out: &mut [f32],
     dot: impl Fn(&[T]) -> f32,
 ) {
+    prefetch_rows(keys, dim, ids);
+    for (o, &id) in out.iter_mut().zip(ids) {
+        let start = id as usize * dim;
+        *o = dot(&keys[start..start + dim]);
+    }
+}
+
+/// [`gather_rows`] four rows per step through `four` when `blocked` (the rest, and everything
+/// otherwise, one at a time through `one`). `four` must give each row the bits `one` gives it.
+#[inline(always)]
+pub(super) fn gather_blocks<T>(
+    keys: &[T],
+    dim: usize,
+    ids: &[u32],
+    out: &mut [f32],
+    blocked: bool,
+    four: impl Fn([&[T]; 4], &mut [f32]),
+    one: impl Fn(&[T]) -> f32,
+) {
+    prefetch_rows(keys, dim, ids);
+    let n = out.len().min(ids.len());
+    let split = if blocked { n / 4 * 4 } else { 0 };
+    let row = |id: u32| {
+        let start = id as usize * dim;
+        &keys[start..start + dim]
+    };
+    for (o, b) in out[..split].chunks_exact_mut(4).zip(ids.chunks_exact(4)) {
+        four([row(b[0]), row(b[1]), row(b[2]), row(b[3])], o);
+    }
+    for (o, &id) in out[split..n].iter_mut().zip(&ids[split..n]) {
+        *o = one(row(id));
+    }
+}
+
+/// Requests every row `ids[i]` of `keys` (rows of `dim` values) so that their misses overlap.
+#[inline(always)]
+fn prefetch_rows<T>(keys: &[T], dim: usize, ids: &[u32]) {
     let size = std::mem::size_of::<T>();
     for &id in ids {
         prefetch_row(
@@ -95,10 +157,6 @@ pub(super) fn gather_rows<T>(
             dim * size,
             std::mem::size_of_val(keys),
         );
-    }
-    for (o, &id) in out.iter_mut().zip(ids) {
-        let start = id as usize * dim;
-        *o = dot(&keys[start..start + dim]);
     }
 }
 

@@ -7,7 +7,7 @@
 //! `is_x86_feature_detected!` confirmed the features, so they never run on a CPU that lacks them.
 //! Loads are unaligned and stay inside the slices (tails go scalar or masked).
 
-use super::loops::{gather_rows, range_rows};
+use super::loops::{gather_blocks, gather_rows, range_rows};
 use super::Kernels;
 use half::f16;
 use std::arch::x86_64::*;
@@ -126,13 +126,64 @@ macro_rules! dot4_kernel {
     };
 }
 
+/// Defines `unsafe fn $name(q: &[f32], rows: [&[$t]; 4], out: &mut [f32])`: the AVX2 scores
+/// of four rows of `q.len()` values (a multiple of 8; each row at least as long), written to
+/// `out[..4]`, each summed exactly as the one-row kernel (`dot_kernel!` with 8 lanes) sums it:
+/// the same steps into the same two accumulators, and [`hsum256x4`]'s tree. One query load
+/// serves four rows, and one reduction four scores.
+macro_rules! dot4_avx2_kernel {
+    ($name:ident($t:ty), $load:ident) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $name(q: &[f32], rows: [&[$t]; 4], out: &mut [f32]) {
+            let dim = q.len();
+            assert!(dim.is_multiple_of(8) && rows.iter().all(|r| r.len() >= dim) && out.len() >= 4);
+            let pq = q.as_ptr();
+            let [p0, p1, p2, p3] = rows.map(|r| r.as_ptr());
+            let z = _mm256_setzero_ps();
+            let (mut a0, mut a1, mut a2, mut a3) = (z, z, z, z);
+            let (mut b0, mut b1, mut b2, mut b3) = (z, z, z, z);
+            let mut i = 0;
+            // SAFETY: every load reads 8 values at i..i+8 <= dim of q and of one of the four
+            // rows (each holds at least dim values, asserted above).
+            unsafe {
+                while i + 16 <= dim {
+                    let (x, y) = (_mm256_loadu_ps(pq.add(i)), _mm256_loadu_ps(pq.add(i + 8)));
+                    a0 = _mm256_fmadd_ps(x, $load(p0.add(i)), a0);
+                    b0 = _mm256_fmadd_ps(y, $load(p0.add(i + 8)), b0);
+                    a1 = _mm256_fmadd_ps(x, $load(p1.add(i)), a1);
+                    b1 = _mm256_fmadd_ps(y, $load(p1.add(i + 8)), b1);
+                    a2 = _mm256_fmadd_ps(x, $load(p2.add(i)), a2);
+                    b2 = _mm256_fmadd_ps(y, $load(p2.add(i + 8)), b2);
+                    a3 = _mm256_fmadd_ps(x, $load(p3.add(i)), a3);
+                    b3 = _mm256_fmadd_ps(y, $load(p3.add(i + 8)), b3);
+                    i += 16;
+                }
+                if i + 8 <= dim {
+                    let x = _mm256_loadu_ps(pq.add(i));
+                    a0 = _mm256_fmadd_ps(x, $load(p0.add(i)), a0);
+                    a1 = _mm256_fmadd_ps(x, $load(p1.add(i)), a1);
+                    a2 = _mm256_fmadd_ps(x, $load(p2.add(i)), a2);
+                    a3 = _mm256_fmadd_ps(x, $load(p3.add(i)), a3);
+                }
+            }
+            hsum256x4(
+                _mm256_add_ps(a0, b0),
+                _mm256_add_ps(a1, b1),
+                _mm256_add_ps(a2, b2),
+                _mm256_add_ps(a3, b3),
+                out,
+            );
+        }
+    };
+}
+
 // ---------------------------------------------------------------- AVX2 + FMA + F16C
 
 kernel_set!(
     /// The AVX2 + FMA + F16C kernels (8 lanes).
     avx2_kernels, "avx2", "avx2,fma,f16c",
-    f32: (dot_f32_avx2, range: single),
-    f16: (dot_f16_avx2, range: single),
+    f32: (dot_f32_avx2, range: single, gather: rows4(dot4_f32_avx2)),
+    f16: (dot_f16_avx2, range: single, gather: rows4(dot4_f16_avx2)),
 );
 
 dot_kernel!(
@@ -143,6 +194,9 @@ dot_kernel!(
     dot_f16_avx2(f16), "avx2,fma,f16c", lanes 8,
     _mm256_setzero_ps, _mm256_fmadd_ps, _mm256_add_ps, hsum256, _mm256_loadu_ps, load8_f16
 );
+
+dot4_avx2_kernel!(dot4_f32_avx2(f32), _mm256_loadu_ps);
+dot4_avx2_kernel!(dot4_f16_avx2(f16), load8_f16);
 
 /// Eight halves at `p`, converted to f32.
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -160,6 +214,36 @@ fn hsum256(v: __m256) -> f32 {
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_shuffle_ps::<0b01>(s, s));
     _mm_cvtss_f32(s)
+}
+
+/// [`hsum256`] of four vectors at once, written to `out[..4]`: per row `s = lo + hi` (four
+/// lanes), then `(s0 + s2) + (s1 + s3)`, the one-row tree (additions commute exactly).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum256x4(v0: __m256, v1: __m256, v2: __m256, v3: __m256, out: &mut [f32]) {
+    // [s0 | s1] and [s2 | s3]: each 128-bit half is one row's lo + hi.
+    let x01 = _mm256_add_ps(
+        _mm256_permute2f128_ps::<0x20>(v0, v1),
+        _mm256_permute2f128_ps::<0x31>(v0, v1),
+    );
+    let x23 = _mm256_add_ps(
+        _mm256_permute2f128_ps::<0x20>(v2, v3),
+        _mm256_permute2f128_ps::<0x31>(v2, v3),
+    );
+    // Half 0: (s0[0] + s0[2], s0[1] + s0[3], s2[0] + s2[2], s2[1] + s2[3]); half 1: rows 1, 3.
+    let t = _mm256_add_ps(
+        _mm256_shuffle_ps::<0b01_00_01_00>(x01, x23),
+        _mm256_shuffle_ps::<0b11_10_11_10>(x01, x23),
+    );
+    // Half 0: (row 0, row 2, ..); half 1: (row 1, row 3, ..).
+    let u = _mm256_add_ps(
+        _mm256_shuffle_ps::<0b10_00_10_00>(t, t),
+        _mm256_shuffle_ps::<0b11_01_11_01>(t, t),
+    );
+    let picked = _mm256_permutevar8x32_ps(u, _mm256_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0));
+    let mut four = [0.0f32; 4];
+    // SAFETY: `four` holds 4 floats, the width of one unaligned 128-bit store.
+    unsafe { _mm_storeu_ps(four.as_mut_ptr(), _mm256_castps256_ps128(picked)) };
+    out[..4].copy_from_slice(&four);
 }
 
 // ---------------------------------------------------------------- AVX-512F
