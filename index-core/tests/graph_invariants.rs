@@ -643,3 +643,96 @@ fn far_check_keeps_the_graph_its_check_prefers() {
         );
     }
 }
+
+/// `auto_ef` (issue 23): the build measures the `ef` its held-out recent queries need for the
+/// target recall on every head, raises `default_ef` to it (never lowers it), and the file keeps
+/// it; a higher target never asks for less; out of 0..=1 it is a typed error.
+#[test]
+fn auto_ef_raises_the_default_ef_to_what_recent_queries_need() {
+    // Two query heads pooled head-major; the last 300 positions of each see every key (the
+    // decode driver's window rows), as decode queries do.
+    let (n, dim, group, window) = (1600, 16, 2, 300);
+    let data = ood(n + window, 20, dim, 23);
+    let keys = Arc::new(KeyStore::from_f32(data.keys[..n * dim].to_vec(), dim).expect("keys"));
+    let rows = n + window;
+    let pooled: Vec<f32> = (0..group)
+        .flat_map(|_| data.train_queries[..rows * dim].iter().copied())
+        .collect();
+    let visible: Vec<u32> = (0..group)
+        .flat_map(|_| (1..=rows as u32).map(|t| t.min(n as u32)))
+        .collect();
+    let cancel = qkindex::Cancel::new();
+    let build = |auto_ef: f64, default_ef: usize| {
+        let params = AttentionParams {
+            causal: true,
+            queries_per_key: 0.5,
+            auto_ef,
+            default_ef,
+            ..AttentionParams::default()
+        };
+        AttentionIndex::build_visible(keys.clone(), &pooled, &visible, &params, &CpuKnn, &cancel)
+    };
+    let plain = build(0.0, 32).expect("build");
+    assert_eq!(plain.build_stats().auto_ef, None);
+    assert_eq!(plain.params().default_ef, 32);
+
+    let mut needed = Vec::new();
+    for target in [0.5, 0.99, 0.997, 0.999] {
+        let index = build(target, 32).expect("build");
+        let a = index.build_stats().auto_ef.clone().expect("calibrated");
+        assert_eq!((a.heads, a.queries), (group, group * 64), "{a:?}");
+        assert_eq!(a.target, target);
+        assert_eq!(a.ef_before, 32);
+        assert_eq!(a.ef_after, a.needed.max(32), "{a:?}");
+        assert_eq!(index.params().default_ef, a.ef_after);
+        assert!(a.recall_after >= a.recall_before, "{a:?}");
+        if a.reached {
+            assert!(a.recall_after >= target, "{a:?}");
+        }
+        // The same graph as without the calibration: only the default ef moved.
+        assert_eq!(*index.graph().expect("csr"), *plain.graph().expect("csr"));
+        needed.push(a.needed);
+
+        // Searches without an ef run at the calibrated one, also after a save and load.
+        let dir = std::env::temp_dir().join(format!("qkindex-auto-ef-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join(format!("t{target}.qki"));
+        index.save(&path).expect("save");
+        let loaded = qkindex::io::load(&path, &qkindex::io::LoadOptions::default()).expect("load");
+        let _ = std::fs::remove_dir_all(&dir);
+        let q = &data.test_queries[..dim];
+        let mut scratch = qkindex::Scratch::new(n);
+        let (mut by_default, mut at_ef) = Default::default();
+        let explicit = SearchParams::with_ef(a.ef_after);
+        loaded
+            .search_into(
+                q,
+                10,
+                &SearchParams::default(),
+                &mut scratch,
+                &mut by_default,
+            )
+            .expect("search");
+        index
+            .search_into(q, 10, &explicit, &mut scratch, &mut at_ef)
+            .expect("search");
+        assert_eq!(by_default, at_ef, "target {target}");
+    }
+    assert!(needed.windows(2).all(|w| w[0] <= w[1]), "{needed:?}");
+    // A default above what is needed stays.
+    let index = build(0.5, 1000).expect("build");
+    assert_eq!(index.params().default_ef, 1000);
+
+    for bad in [1.5, -0.1, f64::NAN] {
+        assert!(
+            matches!(
+                build(bad, 128),
+                Err(Error::InvalidParam {
+                    name: "auto_ef",
+                    ..
+                })
+            ),
+            "auto_ef {bad}"
+        );
+    }
+}

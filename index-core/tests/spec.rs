@@ -125,6 +125,10 @@ fn strings_name_the_params() {
         "attention:causal=true,queries-per-key=1.25,global-full=0.1,far-check=0.04"
     );
     assert_eq!(
+        parse("attention:auto-ef=0.95,causal=true").to_string(),
+        "attention:causal=true,auto-ef=0.95"
+    );
+    assert_eq!(
         parse("attention:knn-graph=160,queries-per-key=1").to_string(),
         "attention:queries-per-key=1,knn-graph=160"
     );
@@ -146,6 +150,9 @@ fn build_cost_keys_reject_what_they_cannot_do() {
         ("attention:knn-probe=8,knn-graph=64", "knn-graph"),
         ("attention:prune-cands=many", "prune-cands"),
         ("attention:causal=true,far-check=0.04", "far-check"),
+        ("attention:auto-ef=1.5", "auto-ef"),
+        ("attention:auto-ef=-0.5", "auto-ef"),
+        ("attention:auto-ef=high", "auto-ef"),
         (
             "attention:causal=true,global-full=0.1,far-check=2",
             "far-check",
@@ -360,7 +367,10 @@ fn attention_params() -> impl Strategy<Value = AttentionParams> {
             prop_oneof![Just(0.0), 0.01f64..1.0],
             prop_oneof![Just(0.0), 0.01f64..1.0],
         ),
-        prop_oneof![Just(TrainOn::Queries), Just(TrainOn::Keys)],
+        (
+            prop_oneof![Just(TrainOn::Queries), Just(TrainOn::Keys)],
+            prop_oneof![Just(0.0), 0.01f64..=1.0],
+        ),
         (
             prop_oneof![Just(0.0), 0.01f64..8.0],
             0usize..400,
@@ -369,12 +379,13 @@ fn attention_params() -> impl Strategy<Value = AttentionParams> {
         ),
     )
         .prop_map(
-            |(sizes, projection, prune, entry, counts, search, train_on, cost)| {
+            |(sizes, projection, prune, entry, counts, search, (train_on, auto_ef), cost)| {
                 let mut p = AttentionParams {
                     projection,
                     prune,
                     entry,
                     train_on,
+                    auto_ef,
                     ..AttentionParams::default()
                 };
                 (p.kq, p.max_degree) = sizes;

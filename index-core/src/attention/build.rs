@@ -12,11 +12,12 @@
 //!    searched for (with its own vector as the query) and linked from the best reachable key
 //!    with room, so no key is lost.
 
+use super::auto_ef::calibrate;
 use super::far_check::{check_rows, worst_head_scanned, FarCheck};
 use super::params::{AttentionParams, EntryRule, Projection, TrainOn};
 use super::train_lists::{far_rows, thin, unmask_rows};
-use super::AttentionIndex;
 use super::{coarse, graph_knn};
+use super::{AttentionIndex, AutoEf};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::graph::repair::{self, Repair, WhenFull};
@@ -49,12 +50,35 @@ pub struct BuildStats {
     /// The far check's figures when it ran ([`AttentionParams::far_check`]); the other phase
     /// times are those of the graph kept, `total_s` covers both builds and the check.
     pub far_check: Option<FarCheck>,
+    /// The `ef` calibration's figures when it ran ([`AttentionParams::auto_ef`]; in
+    /// `total_s`).
+    pub auto_ef: Option<AutoEf>,
     pub edges: usize,
     /// Name of the kNN backend used.
     pub knn_backend: String,
 }
 
 pub(super) fn build(
+    keys: Arc<KeyStore>,
+    train_queries: &[f32],
+    visible: Option<&[u32]>,
+    params: &AttentionParams,
+    knn: &dyn KnnBackend,
+    cancel: &Cancel,
+) -> Result<AttentionIndex> {
+    let start = Instant::now();
+    let mut index = build_far_checked(keys, train_queries, visible, params, knn, cancel)?;
+    if params.auto_ef > 0.0 && params.train_on == TrainOn::Queries {
+        let target = params.auto_ef;
+        let measured = calibrate(&mut index, train_queries, visible, target, knn, cancel)?;
+        index.stats.auto_ef = Some(measured);
+        index.stats.total_s = start.elapsed().as_secs_f64();
+    }
+    Ok(index)
+}
+
+/// One build, or with [`AttentionParams::far_check`] two and the one its check prefers.
+fn build_far_checked(
     keys: Arc<KeyStore>,
     train_queries: &[f32],
     visible: Option<&[u32]>,
@@ -79,6 +103,7 @@ pub(super) fn build(
         causal: false,
         global_full: 0.0,
         far_check: 0.0,
+        auto_ef: 0.0,
         ..params.clone()
     };
     let mut full = build_once(keys.clone(), train_queries, None, &full_params, knn, cancel)?;
@@ -231,6 +256,7 @@ fn build_once(
         unlisted_keys,
         unmasked_lists,
         far_check: None,
+        auto_ef: None,
         edges: graph.edges(),
         knn_backend: knn.name(),
     };

@@ -107,17 +107,135 @@ pub(super) fn check_rows(visible: &[u32], per_key: f64, n: usize) -> Vec<Vec<usi
 }
 
 /// The recall the check asks of each head.
-pub(super) const CHECK_TARGET: f64 = 0.95;
+const CHECK_TARGET: f64 = 0.95;
 /// Growth of `ef` between the check's sweep steps, and its steps at most.
 const EF_STEP: f64 = 1.12;
 const MAX_STEPS: usize = 40;
 
+/// The check rows' queries gathered (`rows × dim`) and their exact top-[`CHECK_K`] over the keys
+/// each row saw (`visible`; all of them for the decode driver's window rows).
+pub(super) struct CheckSet {
+    pub picked: Vec<f32>,
+    pub exact: KnnResult,
+}
+
+impl CheckSet {
+    pub(super) fn new(
+        index: &AttentionIndex,
+        queries: &[f32],
+        visible: &[u32],
+        heads: &[Vec<usize>],
+        knn: &dyn KnnBackend,
+        cancel: &Cancel,
+    ) -> Result<Self> {
+        let d = index.dim();
+        let rows: Vec<usize> = heads.iter().flatten().copied().collect();
+        let picked: Vec<f32> = rows
+            .iter()
+            .flat_map(|&r| queries[r * d..(r + 1) * d].iter().copied())
+            .collect();
+        // The truth is causal: a check query's keys are those its position saw.
+        let seen: Vec<u32> = rows.iter().map(|&r| visible[r]).collect();
+        let options = KnnOptions {
+            visible: Some(seen.into()),
+            cancel: cancel.clone(),
+            ..KnnOptions::default()
+        };
+        let k = CHECK_K.min(index.len());
+        let exact = knn.topk(&picked, &index.keys, k, &options)?;
+        Ok(CheckSet { picked, exact })
+    }
+}
+
+/// One step of a check sweep for one head: the `ef` asked, the head's scanned fraction and its
+/// mean recall@[`CHECK_K`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Step {
+    pub ef: usize,
+    pub scanned: f64,
+    pub recall: f64,
+}
+
+/// The check sweep's `ef` values: from `start` up by [`EF_STEP`], [`MAX_STEPS`] of them at
+/// most, capped at `n` (rounded, without repeats).
+pub(super) fn ladder(start: usize, n: usize) -> Vec<usize> {
+    let mut out: Vec<usize> = Vec::with_capacity(MAX_STEPS);
+    let mut ef = start as f64;
+    for _ in 0..MAX_STEPS {
+        let step = (ef.round() as usize).min(n);
+        if out.last() != Some(&step) {
+            out.push(step);
+        }
+        if step >= n {
+            break;
+        }
+        ef *= EF_STEP;
+    }
+    out
+}
+
+/// Per head of `heads` (the check rows of `set`, in order): `index` searched at each of `efs`
+/// (rising) until `stop` holds for the head's step. A masked search asks for k + (keys past
+/// the query) and drops those keys, so a row that saw fewer than all keys runs at an `ef` of at
+/// least that; a search result past what the row saw is a miss.
+pub(super) fn sweep(
+    index: &AttentionIndex,
+    set: &CheckSet,
+    visible: &[u32],
+    heads: &[Vec<usize>],
+    efs: &[usize],
+    stop: impl Fn(&Step) -> bool,
+    cancel: &Cancel,
+) -> Result<Vec<Vec<Step>>> {
+    let (n, d) = (index.len(), index.dim());
+    let k = CHECK_K.min(n);
+    let mut scratch = Scratch::new(n);
+    let mut found = SearchOutput::default();
+    let mut out: Vec<Vec<Step>> = vec![Vec::new(); heads.len()];
+    let mut done = vec![false; heads.len()];
+    for &step_ef in efs {
+        let mut i = 0;
+        for (h, head) in heads.iter().enumerate() {
+            if done[h] {
+                i += head.len();
+                continue;
+            }
+            cancel.check("check sweep")?;
+            let (mut recall, mut products) = (0.0, 0u64);
+            for &r in head {
+                let q = &set.picked[i * d..(i + 1) * d];
+                let seen = (visible[r] as usize).min(n);
+                let wide = (k + n - seen).min(n);
+                let params = SearchParams::with_ef(step_ef.max(wide));
+                index.search_into(q, wide, &params, &mut scratch, &mut found)?;
+                let truth = set.exact.row(i);
+                let want = truth.iter().filter(|&&id| id != KnnResult::PAD).count();
+                let kept = found.ids.iter().filter(|&&id| (id as usize) < seen).take(k);
+                let hit = kept.filter(|id| truth.contains(id)).count();
+                recall += hit as f64 / want.max(1) as f64;
+                products += found.stats.distance_computations;
+                i += 1;
+            }
+            let step = Step {
+                ef: step_ef,
+                scanned: products as f64 / (head.len() * n) as f64,
+                recall: recall / head.len() as f64,
+            };
+            done[h] = stop(&step);
+            out[h].push(step);
+        }
+        if done.iter().all(|&x| x) {
+            break;
+        }
+    }
+    Ok(out)
+}
+
 /// For each of `indexes`, the scanned fraction its worst head needs for mean recall@[`CHECK_K`]
 /// [`CHECK_TARGET`] over the check rows `heads` of `queries` (`dim` columns), against the exact
-/// top-k over the `visible` keys of each row (all of them for the decode driver's window rows;
-/// a search result past that is a miss): an `ef` sweep from k up by [`EF_STEP`], the fraction
-/// linearly interpolated between the step that reaches the target and the one before it (the
-/// measure the per-head target is stated in). A head that never reaches it counts as infinite.
+/// top-k over the `visible` keys of each row ([`sweep`]), the fraction linearly interpolated
+/// between the step that reaches the target and the one before it (the measure the per-head
+/// target is stated in). A head that never reaches it counts as infinite.
 pub(super) fn worst_head_scanned(
     indexes: &[&AttentionIndex],
     queries: &[f32],
@@ -129,71 +247,34 @@ pub(super) fn worst_head_scanned(
     let Some(first) = indexes.first() else {
         return Ok(Vec::new());
     };
-    let (keys, d) = (&first.keys, first.dim());
-    let (n, k) = (keys.len(), CHECK_K.min(keys.len()));
-    let rows: Vec<usize> = heads.iter().flatten().copied().collect();
-    let picked: Vec<f32> = rows
-        .iter()
-        .flat_map(|&r| queries[r * d..(r + 1) * d].iter().copied())
-        .collect();
-    // The truth is causal: a check query's keys are those its position saw.
-    let seen: Vec<u32> = rows.iter().map(|&r| visible[r]).collect();
-    let options = KnnOptions {
-        visible: Some(seen.into()),
-        cancel: cancel.clone(),
-        ..KnnOptions::default()
-    };
-    let exact = knn.topk(&picked, keys, k, &options)?;
+    let set = CheckSet::new(first, queries, visible, heads, knn, cancel)?;
     let mut out = Vec::with_capacity(indexes.len());
-    let mut scratch = Scratch::new(n);
-    let mut found = SearchOutput::default();
     for index in indexes {
-        // Per head: the last (scanned, recall) below the target, and the fraction once reached.
-        let mut below = vec![(0.0, 0.0); heads.len()];
-        let mut at = vec![f64::INFINITY; heads.len()];
-        let mut ef = k as f64;
-        for _ in 0..MAX_STEPS {
-            let step_ef = (ef.round() as usize).min(n);
-            let mut i = 0;
-            for (h, head) in heads.iter().enumerate() {
-                if at[h].is_finite() {
-                    i += head.len();
-                    continue;
-                }
-                cancel.check("far check")?;
-                let (mut recall, mut products) = (0.0, 0u64);
-                for &r in head {
-                    let q = &picked[i * d..(i + 1) * d];
-                    // A masked search: room for the keys past the query, then dropped.
-                    let seen = (visible[r] as usize).min(n);
-                    let wide = (k + n - seen).min(n);
-                    let params = SearchParams::with_ef(step_ef.max(wide));
-                    index.search_into(q, wide, &params, &mut scratch, &mut found)?;
-                    let truth = exact.row(i);
-                    let want = truth.iter().filter(|&&id| id != KnnResult::PAD).count();
-                    let kept = found.ids.iter().filter(|&&id| (id as usize) < seen).take(k);
-                    let hit = kept.filter(|id| truth.contains(id)).count();
-                    recall += hit as f64 / want.max(1) as f64;
-                    products += found.stats.distance_computations;
-                    i += 1;
-                }
-                let recall = recall / head.len() as f64;
-                let scanned = products as f64 / (head.len() * n) as f64;
-                if recall >= CHECK_TARGET {
-                    let (s0, r0) = below[h];
-                    at[h] = s0 + (scanned - s0) * (CHECK_TARGET - r0) / (recall - r0);
-                } else {
-                    below[h] = (scanned, recall);
-                }
-            }
-            if at.iter().all(|a| a.is_finite()) || ef >= n as f64 {
-                break;
-            }
-            ef *= EF_STEP;
-        }
-        out.push(at.into_iter().fold(0.0, f64::max));
+        let efs = ladder(CHECK_K.min(index.len()), index.len());
+        let reached = |s: &Step| s.recall >= CHECK_TARGET;
+        let steps = sweep(index, &set, visible, heads, &efs, reached, cancel)?;
+        let worst = steps
+            .iter()
+            .map(|head| interpolated(head, CHECK_TARGET))
+            .fold(0.0, f64::max);
+        out.push(worst);
     }
     Ok(out)
+}
+
+/// The scanned fraction at which a head's sweep reaches `target`, interpolated between the
+/// step that reaches it and the one before (from (0, 0) when the first step does); infinite
+/// when no step reaches it.
+fn interpolated(steps: &[Step], target: f64) -> f64 {
+    let Some(at) = steps.iter().position(|s| s.recall >= target) else {
+        return f64::INFINITY;
+    };
+    let (s0, r0) = match at {
+        0 => (0.0, 0.0),
+        _ => (steps[at - 1].scanned, steps[at - 1].recall),
+    };
+    let s = steps[at];
+    s0 + (s.scanned - s0) * (target - r0) / (s.recall - r0)
 }
 
 #[cfg(test)]

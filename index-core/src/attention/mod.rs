@@ -18,6 +18,7 @@
 //! (plus caller-supplied seeds, [`AnnIndex::search_seeded`]) and reports every inner product it
 //! computes.
 
+mod auto_ef;
 mod build;
 mod coarse;
 mod far_check;
@@ -27,6 +28,7 @@ mod params;
 mod train_lists;
 
 pub use crate::graph::Prune;
+pub use auto_ef::AutoEf;
 pub use build::BuildStats;
 pub use far_check::FarCheck;
 pub use params::{AttentionParams, Codes, EntryRule, Projection, TrainOn};

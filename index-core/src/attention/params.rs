@@ -140,6 +140,13 @@ pub struct AttentionParams {
     /// a group then costs two builds; the others one (issue 27).
     #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub far_check: f64,
+    /// 0: off. Otherwise the build measures the `ef` at which every query head's mean
+    /// recall@100 on held-out recent prefill queries (those of the far check) reaches this
+    /// share, against the exact top-100 of the keys each saw, and raises `default_ef` to it: the
+    /// beam a graph needs grows with its keys, so a fixed default that serves 8K keys loses keys
+    /// at 32K ([`super::AutoEf`]; issue 23).
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub auto_ef: f64,
     /// Candidates per key that the pruning reads, best-weighted first (0: all of them). The
     /// occlusion rule compares each candidate with every kept edge, so an uncapped list makes
     /// the projection cost grow with the queries per key (issue 27).
@@ -193,6 +200,7 @@ impl Default for AttentionParams {
             queries_per_key: 0.0,
             global_full: 0.0,
             far_check: 0.0,
+            auto_ef: 0.0,
             prune_candidates: 0,
             knn_probe: 0,
             knn_graph: 0,
@@ -222,6 +230,7 @@ impl AttentionParams {
             queries_per_key: 0.0,
             global_full: 0.0,
             far_check: 0.0,
+            auto_ef: 0.0,
             prune_candidates: 0,
             knn_probe: 0,
             knn_graph: 0,
@@ -298,6 +307,13 @@ impl AttentionParams {
                 "far_check",
                 self.far_check,
                 "is triggered by the lists global_full unmasks (set causal and global_full)",
+            ));
+        }
+        if !(self.auto_ef.is_finite() && (0.0..=1.0).contains(&self.auto_ef)) {
+            return Err(Error::invalid_param(
+                "auto_ef",
+                self.auto_ef,
+                "must be a recall from 0 to 1 (0: off)",
             ));
         }
         if self.causal && self.knn_probe > 0 {

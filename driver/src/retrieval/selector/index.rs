@@ -24,10 +24,15 @@ pub(super) fn build_rest(
         prefill.cfg.store,
         prefill.knn,
     )?;
-    // A far check ran (a group that reads from the whole context): say what it chose.
+    // A far check ran (a group that reads from the whole context), or the ef calibration: say
+    // what they chose.
     if let RestIndex::Attention(a) = &rest {
-        if let Some(f) = &a.build_stats().far_check {
+        let stats = a.build_stats();
+        if let Some(f) = &stats.far_check {
             eprintln!("layer {} KV head {}: {f}", prefill.layer, prefill.kv_head);
+        }
+        if let Some(e) = &stats.auto_ef {
+            eprintln!("layer {} KV head {}: {e}", prefill.layer, prefill.kv_head);
         }
     }
     Ok(rest)

@@ -1,0 +1,130 @@
+//! The search list size measured at build ([`auto_ef`](super::params::AttentionParams::auto_ef)).
+//!
+//! A fixed `ef` serves a graph of 8K keys and one of 32K keys unequally: the beam needs more
+//! room as the graph grows (at 32K keys of Gemma 3, `ef` 128 loses keys of the exact top-100
+//! that a needle's last digit needs, where 256 finds them; docs/bench/tasks). The build
+//! therefore measures, on the check rows of the far check (held-out recent prefill queries per
+//! query head, [`super::far_check::check_rows`]), the `ef` at which every head's mean
+//! recall@100 against the exact top-100 of the keys it saw reaches the target, and makes that
+//! the index's `default_ef` (never below the `default_ef` given).
+
+use super::far_check::{check_rows, ladder, sweep, CheckSet, Step, CHECK_K};
+use super::AttentionIndex;
+use crate::cancel::Cancel;
+use crate::error::Result;
+use crate::knn::KnnBackend;
+use crate::search::AnnIndex;
+use std::time::Instant;
+
+/// What the calibration measured and the `default_ef` it set.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct AutoEf {
+    /// Mean recall@100 asked of every head.
+    pub target: f64,
+    /// Check queries, and the query heads they came from.
+    pub queries: usize,
+    pub heads: usize,
+    /// The `ef` the worst head needed (the first swept `ef` at which its mean recall reached
+    /// the target; with `reached` false, the largest `ef` swept).
+    pub needed: usize,
+    /// Whether every head reached the target.
+    pub reached: bool,
+    /// The worst head's mean recall at the `default_ef` given, and at the one set.
+    pub recall_before: f64,
+    pub recall_after: f64,
+    /// `default_ef` before and after (the larger of the given one and `needed`).
+    pub ef_before: usize,
+    pub ef_after: usize,
+    /// Seconds of the check (truth and sweep).
+    pub seconds: f64,
+}
+
+impl std::fmt::Display for AutoEf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "auto ef ({} queries of {} heads, {:.1} s): recall@100 {} needs ef {}{}; default ef \
+             {} -> {} (worst head's recall {:.4} -> {:.4})",
+            self.queries,
+            self.heads,
+            self.seconds,
+            self.target,
+            self.needed,
+            if self.reached { "" } else { " (not reached)" },
+            self.ef_before,
+            self.ef_after,
+            self.recall_before,
+            self.recall_after
+        )
+    }
+}
+
+/// Measures the `ef` the check rows of `queries` need for mean recall@[`CHECK_K`] `target` on
+/// every head and raises `index`'s `default_ef` to it. Without `visible` every query is taken
+/// to see every key (the check rows are then the last training queries).
+pub(super) fn calibrate(
+    index: &mut AttentionIndex,
+    queries: &[f32],
+    visible: Option<&[u32]>,
+    target: f64,
+    knn: &dyn KnnBackend,
+    cancel: &Cancel,
+) -> Result<AutoEf> {
+    let t = Instant::now();
+    let n = index.len();
+    let all;
+    let visible = match visible {
+        Some(v) => v,
+        None => {
+            all = vec![n as u32; queries.len() / index.dim().max(1)];
+            &all
+        }
+    };
+    let heads = check_rows(visible, index.params.queries_per_key, n);
+    let ef_before = index.params.default_ef;
+    // Searches raise a smaller ef to k; the sweep's steps start there.
+    let floor = ef_before.clamp(CHECK_K.min(n), n.max(1));
+    let mut out = AutoEf {
+        target,
+        queries: heads.iter().map(Vec::len).sum(),
+        heads: heads.len(),
+        ef_before,
+        ef_after: ef_before,
+        reached: true,
+        ..AutoEf::default()
+    };
+    if out.queries == 0 {
+        out.seconds = t.elapsed().as_secs_f64();
+        return Ok(out);
+    }
+    let set = CheckSet::new(index, queries, visible, &heads, knn, cancel)?;
+    // Swept up from the given default (never lowered), so its recall is the first step's.
+    let efs = ladder(floor, n);
+    let stop = |s: &Step| s.recall >= target;
+    let steps = sweep(index, &set, visible, &heads, &efs, stop, cancel)?;
+    let mut needed = 0;
+    for head in &steps {
+        match head.iter().find(|s| s.recall >= target) {
+            Some(s) => needed = needed.max(s.ef),
+            None => {
+                out.reached = false;
+                needed = needed.max(head.last().map_or(0, |s| s.ef));
+            }
+        }
+    }
+    let ef_after = floor.max(needed);
+    // The worst head's recall at an ef: that of its last step at or below it.
+    let worst_at = |ef: usize| {
+        steps
+            .iter()
+            .filter_map(|head| head.iter().rev().find(|s| s.ef <= ef).map(|s| s.recall))
+            .fold(f64::INFINITY, f64::min)
+    };
+    out.needed = needed;
+    out.ef_after = ef_after;
+    out.recall_before = worst_at(floor);
+    out.recall_after = worst_at(ef_after);
+    index.params.default_ef = ef_after;
+    out.seconds = t.elapsed().as_secs_f64();
+    Ok(out)
+}
