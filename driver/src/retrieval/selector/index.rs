@@ -24,14 +24,15 @@ pub(super) fn build_rest(
         prefill.cfg.store,
         prefill.knn,
     )?;
-    // A far check ran (a group that reads from the whole context), or the ef calibration: say
-    // what they chose.
+    // A far check ran (a group that reads from the whole context), or the ef calibration raised
+    // the default ef: say what they chose.
     if let RestIndex::Attention(a) = &rest {
         let stats = a.build_stats();
         if let Some(f) = &stats.far_check {
             eprintln!("layer {} KV head {}: {f}", prefill.layer, prefill.kv_head);
         }
-        if let Some(e) = &stats.auto_ef {
+        // Only the groups whose ef the calibration raised (at 8K most keep the default).
+        if let Some(e) = stats.auto_ef.as_ref().filter(|e| e.ef_after != e.ef_before) {
             eprintln!("layer {} KV head {}: {e}", prefill.layer, prefill.kv_head);
         }
     }
