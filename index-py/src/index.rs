@@ -312,9 +312,12 @@ impl AttentionIndex {
     /// `dtype`: "float16", "float32" or "int8") from `train_queries` (`[m, d]`, the head's
     /// prefill queries). `prune`: `"occlusion-fill"` (default: the library's, also what the
     /// decode driver builds; more robust to queries unlike the training ones), `"top"` or
-    /// `"occlusion"`.
+    /// `"occlusion"`. `auto_ef` (0 < R ≤ 1; 0: off): the build measures the `ef` at which the
+    /// last 64 training queries (taken to see every key: put the most recent ones last) reach
+    /// mean recall@100 R and raises `default_ef` to it (`build_stats["auto_ef"]` says what it
+    /// measured).
     #[staticmethod]
-    #[pyo3(signature = (keys, train_queries, *, kq=100, max_degree=32, build_ef=200, default_ef=128, causal=false, prune="occlusion-fill", device="auto", dtype=None))]
+    #[pyo3(signature = (keys, train_queries, *, kq=100, max_degree=32, build_ef=200, default_ef=128, causal=false, prune="occlusion-fill", device="auto", dtype=None, auto_ef=0.0))]
     #[allow(clippy::too_many_arguments)]
     fn build(
         py: Python<'_>,
@@ -328,6 +331,7 @@ impl AttentionIndex {
         prune: &str,
         device: &str,
         dtype: Option<&str>,
+        auto_ef: f64,
     ) -> PyResult<Self> {
         let knn = knn_backend(device)?;
         let prune: Prune = prune.parse().map_err(|_| {
@@ -342,6 +346,7 @@ impl AttentionIndex {
             default_ef: count("default_ef", default_ef, 1)?,
             causal,
             prune,
+            auto_ef,
             ..AttentionParams::default()
         });
         let store = Arc::new(keys_as(keys, dtype)?);

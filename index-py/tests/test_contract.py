@@ -291,3 +291,24 @@ def test_rust_timing_helper(data, attention_index):
     assert len(times) == 12 and all(t > 0 for t in times)
     with pytest.raises(TypeError, match="index"):
         qkindex._native._search_latency_ns(object(), queries[:4])
+
+
+def test_auto_ef_raises_the_default_ef_to_what_the_last_queries_need(data):
+    keys, train, queries = data
+    plain = qkindex.AttentionIndex.build(keys, train)
+    assert plain.build_stats["auto_ef"] is None
+    index = qkindex.AttentionIndex.build(keys, train, auto_ef=0.999)
+    a = index.build_stats["auto_ef"]
+    assert a["target"] == 0.999 and a["queries"] == 64 and a["heads"] == 1
+    assert a["ef_before"] == 128 and a["ef_after"] == max(128, a["needed"])
+    assert index.params["default_ef"] == a["ef_after"]
+    if a["reached"]:
+        assert a["recall_after"] >= 0.999
+    # Searches without an ef run at the measured one.
+    by_default = index.search(queries, k=10)
+    at = index.search(queries, k=10, ef=a["ef_after"])
+    np.testing.assert_array_equal(by_default.ids, at.ids)
+    np.testing.assert_array_equal(by_default.scores, at.scores)
+    for bad in (1.5, -0.1, float("nan")):
+        with pytest.raises(ValueError, match="auto_ef"):
+            qkindex.AttentionIndex.build(keys, train, auto_ef=bad)

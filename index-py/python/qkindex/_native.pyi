@@ -71,6 +71,7 @@ class AttentionIndex:
         prune: str = "occlusion-fill",
         device: str = "auto",
         dtype: Optional[str] = None,
+        auto_ef: float = 0.0,
     ) -> "AttentionIndex": ...
     def search(
         self, queries: ArrayLike, k: int = 100, ef: Optional[int] = None, beam: Optional[int] = None

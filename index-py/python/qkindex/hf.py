@@ -220,7 +220,8 @@ class RetrievalAttention:
     of the rest, by a scan) or ``"index-topk"`` (plus the top-``k`` an ``AttentionIndex``
     returns, built after the prefill per layer and KV head from the keys of the rest and the
     group's prefill queries, ``build`` passed to ``AttentionIndex.build``; ``ef`` for its
-    searches). ``measure``: also score every key each step (untimed) to report recall@k of the
+    searches; at long contexts ``build={"auto_ef": 0.95}`` measures each index's default
+    ``ef`` on the group's last prefill queries instead of a fixed 128). ``measure``: also score every key each step (untimed) to report recall@k of the
     retrieved keys against the rest's exact top-k, the attended keys' softmax mass, and its
     ratio to the mass with the exact top-k in their place (the driver's statistics).
 
