@@ -723,6 +723,19 @@ fn auto_ef_raises_the_default_ef_to_what_recent_queries_need() {
     let index = build(0.5, 1000).expect("build");
     assert_eq!(index.params().default_ef, 1000);
 
+    // Counts that do not match the queries are an error, not a panic (a non-causal build
+    // reads them only here).
+    let params = AttentionParams {
+        auto_ef: 0.95,
+        ..AttentionParams::default()
+    };
+    let short = &visible[..visible.len() - 1];
+    let built =
+        AttentionIndex::build_visible(keys.clone(), &pooled, short, &params, &CpuKnn, &cancel);
+    assert!(
+        matches!(built, Err(Error::DimensionMismatch { .. })),
+        "{built:?}"
+    );
     for bad in [1.5, -0.1, f64::NAN] {
         assert!(
             matches!(

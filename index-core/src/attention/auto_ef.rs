@@ -11,7 +11,7 @@
 use super::far_check::{check_rows, ladder, sweep, CheckSet, Step, CHECK_K};
 use super::AttentionIndex;
 use crate::cancel::Cancel;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::knn::KnnBackend;
 use crate::search::AnnIndex;
 use std::time::Instant;
@@ -72,11 +72,20 @@ pub(super) fn calibrate(
 ) -> Result<AutoEf> {
     let t = Instant::now();
     let n = index.len();
+    let rows = queries.len() / index.dim().max(1);
     let all;
     let visible = match visible {
+        // The build reads the counts only for causal lists: check them here too.
+        Some(v) if v.len() != rows => {
+            return Err(Error::DimensionMismatch {
+                what: "visible key counts (one per training query)",
+                expected: rows,
+                got: v.len(),
+            })
+        }
         Some(v) => v,
         None => {
-            all = vec![n as u32; queries.len() / index.dim().max(1)];
+            all = vec![n as u32; rows];
             &all
         }
     };

@@ -67,38 +67,40 @@ pub(super) fn build(
     cancel: &Cancel,
 ) -> Result<AttentionIndex> {
     let start = Instant::now();
-    let mut index = build_far_checked(keys, train_queries, visible, params, knn, cancel)?;
+    let mut index = build_once(keys, train_queries, visible, params, knn, cancel)?;
+    let stats = &index.stats;
+    let far_share = stats.unmasked_lists as f64 / stats.train_queries.max(1) as f64;
+    let far = visible.filter(|_| {
+        params.far_check > 0.0
+            && params.train_on == TrainOn::Queries
+            && far_share >= params.far_check
+    });
+    if let Some(visible) = far {
+        keep_better_lists(&mut index, far_share, train_queries, visible, knn, cancel)?;
+    }
     if params.auto_ef > 0.0 && params.train_on == TrainOn::Queries {
         let target = params.auto_ef;
         let measured = calibrate(&mut index, train_queries, visible, target, knn, cancel)?;
         index.stats.auto_ef = Some(measured);
-        index.stats.total_s = start.elapsed().as_secs_f64();
     }
+    index.stats.total_s = start.elapsed().as_secs_f64();
     Ok(index)
 }
 
-/// One build, or with [`AttentionParams::far_check`] two and the one its check prefers.
-fn build_far_checked(
-    keys: Arc<KeyStore>,
+/// The far check of a far-looking group ([`AttentionParams::far_check`]): also builds the
+/// graph of full lists from the same queries (`far_share` of whose lists were unmasked), scores
+/// both on the held-out recent rows, and leaves in `index` the one whose worst head needs fewer
+/// keys, with the figures in its [`FarCheck`].
+fn keep_better_lists(
+    index: &mut AttentionIndex,
+    far_share: f64,
     train_queries: &[f32],
-    visible: Option<&[u32]>,
-    params: &AttentionParams,
+    visible: &[u32],
     knn: &dyn KnnBackend,
     cancel: &Cancel,
-) -> Result<AttentionIndex> {
-    let start = Instant::now();
-    let mut index = build_once(keys.clone(), train_queries, visible, params, knn, cancel)?;
-    let stats = &index.stats;
-    let far_share = stats.unmasked_lists as f64 / stats.train_queries.max(1) as f64;
-    let Some(visible) = visible.filter(|_| {
-        params.far_check > 0.0
-            && params.train_on == TrainOn::Queries
-            && far_share >= params.far_check
-    }) else {
-        return Ok(index);
-    };
-    // A far-looking group: the graph of full lists too, and the better one for recent queries.
+) -> Result<()> {
     let t = Instant::now();
+    let params = index.params.clone();
     let full_params = AttentionParams {
         causal: false,
         global_full: 0.0,
@@ -106,23 +108,17 @@ fn build_far_checked(
         auto_ef: 0.0,
         ..params.clone()
     };
-    let mut full = build_once(keys.clone(), train_queries, None, &full_params, knn, cancel)?;
+    let keys = index.keys.clone();
     let heads = check_rows(visible, params.queries_per_key, keys.len());
-    let scanned = worst_head_scanned(
-        &[&index, &full],
-        train_queries,
-        visible,
-        &heads,
-        knn,
-        cancel,
-    )?;
+    let mut full = build_once(keys, train_queries, None, &full_params, knn, cancel)?;
+    let scanned = worst_head_scanned(&[index, &full], train_queries, visible, &heads, knn, cancel)?;
     let (causal_scanned, full_scanned) = (scanned[0], scanned[1]);
     // Ties (neither reaches the target) keep the causal lists asked for.
     let kept_full = full_scanned < causal_scanned;
     if kept_full {
         // The index keeps the parameters it was asked for; its stats say which lists it holds.
-        full.params = params.clone();
-        std::mem::swap(&mut index, &mut full);
+        full.params = params;
+        std::mem::swap(index, &mut full);
     }
     index.stats.far_check = Some(FarCheck {
         far_share,
@@ -133,8 +129,7 @@ fn build_far_checked(
         kept_full,
         seconds: t.elapsed().as_secs_f64(),
     });
-    index.stats.total_s = start.elapsed().as_secs_f64();
-    Ok(index)
+    Ok(())
 }
 
 /// One build with the lists `params` ask for ([`build`] without the far check).
