@@ -38,7 +38,7 @@ pub struct PolicyArgs {
     /// than the prefill, at recall@100 within 0.005 of all queries' lists
     /// (docs/bench/build-cost/pass4/, pass5/, pass6/). Each index's default `ef` is the one
     /// its held-out recent queries need for recall@100 0.95 on every head (`auto-ef=0.95`;
-    /// at 8K mostly 128, at 32K 250-440: docs/bench/tasks/gemma3-32k-auto-ef/).
+    /// at 8K mostly 128, on Gemma 3 at 32K 226-445: docs/bench/tasks/gemma3-32k-auto-ef/).
     #[arg(
         long,
         default_value = "attention:causal=true,queries-per-key=1.25,global-full=0.1,far-check=0.04,auto-ef=0.95"

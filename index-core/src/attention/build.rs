@@ -13,7 +13,7 @@
 //!    with room, so no key is lost.
 
 use super::auto_ef::calibrate;
-use super::far_check::{check_rows, worst_head_scanned, FarCheck};
+use super::far_check::{keep_better_lists, FarCheck};
 use super::params::{AttentionParams, EntryRule, Projection, TrainOn};
 use super::train_lists::{far_rows, thin, unmask_rows};
 use super::{coarse, graph_knn};
@@ -87,53 +87,8 @@ pub(super) fn build(
     Ok(index)
 }
 
-/// The far check of a far-looking group ([`AttentionParams::far_check`]): also builds the
-/// graph of full lists from the same queries (`far_share` of whose lists were unmasked), scores
-/// both on the held-out recent rows, and leaves in `index` the one whose worst head needs fewer
-/// keys, with the figures in its [`FarCheck`].
-fn keep_better_lists(
-    index: &mut AttentionIndex,
-    far_share: f64,
-    train_queries: &[f32],
-    visible: &[u32],
-    knn: &dyn KnnBackend,
-    cancel: &Cancel,
-) -> Result<()> {
-    let t = Instant::now();
-    let params = index.params.clone();
-    let full_params = AttentionParams {
-        causal: false,
-        global_full: 0.0,
-        far_check: 0.0,
-        auto_ef: 0.0,
-        ..params.clone()
-    };
-    let keys = index.keys.clone();
-    let heads = check_rows(visible, params.queries_per_key, keys.len());
-    let mut full = build_once(keys, train_queries, None, &full_params, knn, cancel)?;
-    let scanned = worst_head_scanned(&[index, &full], train_queries, visible, &heads, knn, cancel)?;
-    let (causal_scanned, full_scanned) = (scanned[0], scanned[1]);
-    // Ties (neither reaches the target) keep the causal lists asked for.
-    let kept_full = full_scanned < causal_scanned;
-    if kept_full {
-        // The index keeps the parameters it was asked for; its stats say which lists it holds.
-        full.params = params;
-        std::mem::swap(index, &mut full);
-    }
-    index.stats.far_check = Some(FarCheck {
-        far_share,
-        queries: heads.iter().map(Vec::len).sum(),
-        heads: heads.len(),
-        causal_scanned,
-        full_scanned,
-        kept_full,
-        seconds: t.elapsed().as_secs_f64(),
-    });
-    Ok(())
-}
-
 /// One build with the lists `params` ask for ([`build`] without the far check).
-fn build_once(
+pub(super) fn build_once(
     keys: Arc<KeyStore>,
     train_queries: &[f32],
     visible: Option<&[u32]>,

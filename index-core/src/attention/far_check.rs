@@ -16,6 +16,8 @@
 //! of a graph is the scanned fraction its worst head needs for recall 0.95, since the target
 //! is per head.
 
+use super::build::build_once;
+use super::params::AttentionParams;
 use super::train_lists::thinned_rows;
 use super::AttentionIndex;
 use crate::cancel::Cancel;
@@ -23,6 +25,7 @@ use crate::error::Result;
 use crate::knn::{KnnBackend, KnnOptions, KnnResult};
 use crate::scratch::Scratch;
 use crate::search::{AnnIndex, SearchOutput, SearchParams};
+use std::time::Instant;
 
 /// Positions before the last key among which check queries are taken.
 pub(super) const CHECK_RECENT: usize = 512;
@@ -275,6 +278,51 @@ fn interpolated(steps: &[Step], target: f64) -> f64 {
     };
     let s = steps[at];
     s0 + (s.scanned - s0) * (target - r0) / (s.recall - r0)
+}
+
+/// The far check of a far-looking group ([`AttentionParams::far_check`]): also builds the
+/// graph of full lists from the same queries (`far_share` of whose lists were unmasked), scores
+/// both on the held-out recent rows, and leaves in `index` the one whose worst head needs fewer
+/// keys, with the figures in its [`FarCheck`].
+pub(super) fn keep_better_lists(
+    index: &mut AttentionIndex,
+    far_share: f64,
+    train_queries: &[f32],
+    visible: &[u32],
+    knn: &dyn KnnBackend,
+    cancel: &Cancel,
+) -> Result<()> {
+    let t = Instant::now();
+    let params = index.params.clone();
+    let full_params = AttentionParams {
+        causal: false,
+        global_full: 0.0,
+        far_check: 0.0,
+        auto_ef: 0.0,
+        ..params.clone()
+    };
+    let keys = index.keys.clone();
+    let heads = check_rows(visible, params.queries_per_key, keys.len());
+    let mut full = build_once(keys, train_queries, None, &full_params, knn, cancel)?;
+    let scanned = worst_head_scanned(&[index, &full], train_queries, visible, &heads, knn, cancel)?;
+    let (causal_scanned, full_scanned) = (scanned[0], scanned[1]);
+    // Ties (neither reaches the target) keep the causal lists asked for.
+    let kept_full = full_scanned < causal_scanned;
+    if kept_full {
+        // The index keeps the parameters it was asked for; its stats say which lists it holds.
+        full.params = params;
+        std::mem::swap(index, &mut full);
+    }
+    index.stats.far_check = Some(FarCheck {
+        far_share,
+        queries: heads.iter().map(Vec::len).sum(),
+        heads: heads.len(),
+        causal_scanned,
+        full_scanned,
+        kept_full,
+        seconds: t.elapsed().as_secs_f64(),
+    });
+    Ok(())
 }
 
 #[cfg(test)]
