@@ -389,6 +389,8 @@ pub struct Scratch {
     pub(crate) scores: Vec<f32>,
     /// The query quantized for code estimates ([`crate::graph::codes`]).
     pub(crate) quant: crate::metric::int8::QuantQuery,
+    /// The query transformed for an int8 store ([`crate::store::Scorer::bind`]).
+    pub(crate) query: Vec<f32>,
 }
 
 impl Scratch {

@@ -548,8 +548,9 @@ proptest! {
     }
 }
 
-/// Int8 files: the keys section packs `n` scales then the codes; a version 1 header cannot
-/// declare int8, a non-finite scale fails verification, a wrong length names the section.
+/// Int8 files: the keys section packs `d` offsets, `d` ranges, `n` scales, then the codes; a
+/// version 1 header cannot declare int8, a bad offset or range fails the load, a non-finite
+/// scale fails verification, a wrong length names the section.
 #[test]
 fn int8_keys_section_is_checked() {
     let f = fixture();
@@ -570,8 +571,15 @@ fn int8_keys_section_is_checked() {
         .into_iter()
         .find(|e| e.kind == SectionKind::KEYS)
         .expect("keys section");
+    for (at, bad) in [(3, f32::NAN), (DIM + 2, 0.0), (DIM + 1, -1.0)] {
+        let mut c = b.clone();
+        let at = keys.offset as usize + 4 * at;
+        c[at..at + 4].copy_from_slice(&bad.to_le_bytes());
+        format::reseal(&mut c);
+        expect_error(&c, "keys");
+    }
     let mut c = b.clone();
-    let at = keys.offset as usize + 4 * 3;
+    let at = keys.offset as usize + 4 * (2 * DIM + 3);
     c[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
     format::reseal(&mut c);
     let bad = dir.join("nan-scale.qki");

@@ -223,7 +223,7 @@ pub fn build_spec<T: TryFrom<AnyIndex, Error = Error>>(
 }
 
 /// The keys of argument `keys` stored as `dtype` (`None`: as given; `"float16"`, `"float32"`,
-/// or `"int8"`: one f32 scale per key, issue 26). Other names raise `ValueError`.
+/// or `"int8"`: offsets and ranges per dimension, one f32 scale per key, issue 26). Other names raise `ValueError`.
 pub fn keys_as(keys: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResult<KeyStore> {
     let store = float_array(keys, "keys")?.key_store("keys", None)?;
     let Some(name) = dtype else {

@@ -120,7 +120,8 @@ def test_beam_narrows_the_search(data, attention_index):
 
 
 def test_int8_storage(data, exact, tmp_path):
-    """dtype="int8" stores one byte per element and a scale per key (issue 26): the flat scan's
+    """dtype="int8" stores one byte per element, a scale per key and an offset and range per
+    dimension (issue 26): the flat scan's
     recall against the f32 truth stays high, and the file round trip keeps it int8."""
     keys, train, queries = data
     flat = qkindex.FlatIndex.build(keys, dtype="int8")

@@ -75,7 +75,7 @@ pub struct PolicyArgs {
     /// Layers that attend to every key under every policy (none by default).
     #[arg(long, value_delimiter = ',')]
     pub dense_layers: Vec<usize>,
-    /// Element type of the index's copy of the keys, f16, f32 or i8 (int8, one scale per key); exact-topk always scans f32.
+    /// Element type of the index's copy of the keys, f16, f32 or i8 (int8 codes normalised per dimension, one scale per key); exact-topk always scans f32.
     #[arg(long, default_value_t = Dtype::F16)]
     pub store: Dtype,
     /// Left-out keys sampled per step and query head to estimate the softmax share of the keys

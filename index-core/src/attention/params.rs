@@ -49,7 +49,7 @@ pub enum Codes {
     /// Traverse on the stored keys (f16/f32/int8) themselves.
     #[default]
     None,
-    /// Int8 codes with one scale per key, estimated with an int8 query (VNNI where present).
+    /// Int8 codes normalised per dimension with one scale per key, estimated with an int8 query (VNNI where present).
     I8,
 }
 

@@ -63,7 +63,8 @@ impl AnnIndex for FlatIndex {
         let n = self.keys.len();
         check_query(query, self.keys.dim(), k, n)?;
         out.clear();
-        let scorer = self.keys.scorer();
+        let keys = self.keys.scorer();
+        let scorer = keys.bind(query, &mut scratch.query);
         let best = &mut scratch.best;
         best.reset(k);
         scratch.scores.resize(CHUNK, 0.0);
@@ -71,7 +72,7 @@ impl AnnIndex for FlatIndex {
         while start < n {
             let len = CHUNK.min(n - start);
             let chunk = &mut scratch.scores[..len];
-            scorer.score_range(query, start, chunk);
+            scorer.score_range(start, chunk);
             best.push_block(chunk, start as u32);
             start += len;
         }

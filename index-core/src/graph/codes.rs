@@ -15,19 +15,15 @@
 use super::search::{beam_search_by, BeamSettings, Estimate};
 use super::Neighbors;
 use crate::error::{Error, Result};
-use crate::metric::int8::{i8_kernels, quantize_row, I8Kernels, QuantQuery};
+use crate::metric::affine::Affine;
+use crate::metric::int8::{i8_kernels, I8Kernels, QuantQuery};
 use crate::scratch::Scratch;
 use crate::search::SearchOutput;
 use crate::store::{KeyStore, Scorer};
 
-/// Int8 codes of a key store for traversal, affine per dimension and scaled per key:
-/// `key_i ≈ offset_i + range_i · scale · code_i`, where `offset` and `range` are the middle and
-/// half-width of dimension `i` over the keys of the build, and `scale` is [`quantize_row`]'s
-/// of the normalised key. `n × dim` codes, row-major, `n` scales, `dim` offsets and ranges.
-///
-/// Per-key scales alone lose the small dimensions next to the outlier channels of LLM keys
-/// (measured, flat scan recall@100 against the f32 truth: Gemma 3 q2k 0.932 per key, 0.9925
-/// affine and per key; SmolLM2 0.9918 and 0.9935; docs/bench/codes). Keys pushed after the
+/// Int8 codes of a key store for traversal, affine per dimension and scaled per key
+/// ([`Affine`]: `key ≈ offset + range ⊙ (scale · code)`, fitted on the keys of the build).
+/// `n × dim` codes, row-major, `n` scales, `dim` offsets and ranges. Keys pushed after the
 /// build keep the build's offsets and ranges; their own scale absorbs a larger magnitude.
 ///
 /// Derived from the keys (never saved: an index file stores the keys, and loading codes them
@@ -37,52 +33,23 @@ pub struct KeyCodes {
     dim: usize,
     codes: Vec<i8>,
     scales: Vec<f32>,
-    offset: Vec<f32>,
-    range: Vec<f32>,
+    affine: Affine,
 }
 
 impl KeyCodes {
     /// The codes of every key of `keys`.
     pub fn new(keys: &KeyStore) -> Self {
         let dim = keys.dim();
-        let mut lo = vec![f32::INFINITY; dim];
-        let mut hi = vec![f32::NEG_INFINITY; dim];
-        let mut row = vec![0.0f32; dim];
-        for id in 0..keys.len() as u32 {
-            keys.row_into(id, &mut row);
-            for ((l, h), &x) in lo.iter_mut().zip(hi.iter_mut()).zip(&row) {
-                *l = l.min(x);
-                *h = h.max(x);
-            }
-        }
-        let (offset, range) = lo
-            .iter()
-            .zip(&hi)
-            .map(|(&l, &h)| {
-                let half = (h - l) / 2.0;
-                // A constant (or empty) dimension: any positive range codes it as 0.
-                let range = if half > 0.0 && half.is_finite() {
-                    half
-                } else {
-                    1.0
-                };
-                let mid = if l.is_finite() {
-                    l + half.max(0.0)
-                } else {
-                    0.0
-                };
-                (mid, range)
-            })
-            .unzip();
+        let all = keys.to_f32();
         let mut c = KeyCodes {
             dim,
             codes: Vec::with_capacity(keys.len() * dim),
             scales: Vec::with_capacity(keys.len()),
-            offset,
-            range,
+            affine: Affine::fit(dim, all.chunks_exact(dim)),
         };
-        for id in 0..keys.len() as u32 {
-            keys.row_into(id, &mut row);
+        let mut row = vec![0.0f32; dim];
+        for key in all.chunks_exact(dim) {
+            row.copy_from_slice(key);
             c.push_row(&mut row);
         }
         c
@@ -104,12 +71,9 @@ impl KeyCodes {
 
     /// Normalises `row` in place and appends its code.
     fn push_row(&mut self, row: &mut [f32]) {
-        for ((x, o), r) in row.iter_mut().zip(&self.offset).zip(&self.range) {
-            *x = (*x - o) / r;
-        }
         let at = self.codes.len();
         self.codes.resize(at + self.dim, 0);
-        let scale = quantize_row(row, &mut self.codes[at..]);
+        let scale = self.affine.encode(row, &mut self.codes[at..]);
         self.scales.push(scale);
     }
 
@@ -125,7 +89,7 @@ impl KeyCodes {
 
     /// Bytes of codes and scales (`dim + 4` per key, and `8 · dim` for offsets and ranges).
     pub fn bytes(&self) -> usize {
-        self.codes.len() + 4 * (self.scales.len() + self.offset.len() + self.range.len())
+        self.codes.len() + 4 * self.scales.len() + self.affine.bytes()
     }
 }
 
@@ -165,7 +129,7 @@ pub fn search_codes<G: Neighbors + ?Sized>(
     out: &mut SearchOutput,
 ) {
     let mut quant = std::mem::take(&mut scratch.quant);
-    quant.set_affine(query, &codes.offset, &codes.range);
+    quant.set_affine(query, codes.affine.offset(), codes.affine.range());
     let candidates = if rerank == 0 { settings.ef } else { rerank }.max(settings.k);
     let est = CodeScorer {
         codes,
@@ -279,7 +243,7 @@ mod tests {
         assert!(codes.push(&keys[..d - 1]).is_err());
         let q: Vec<f32> = (0..d).map(|_| rng.normal()).collect();
         let mut quant = QuantQuery::default();
-        quant.set_affine(&q, &codes.offset, &codes.range);
+        quant.set_affine(&q, codes.affine.offset(), codes.affine.range());
         let ids: Vec<u32> = (0..=n as u32).collect();
         let mut est = vec![0.0; ids.len()];
         CodeScorer {

@@ -24,7 +24,7 @@ mod search;
 
 pub use prune::{prune, Prune};
 pub use reach::mark_reachable;
-pub use search::{beam_search, beam_search_by, BeamSettings, Estimate, Exact};
+pub use search::{beam_search, beam_search_by, BeamSettings, Estimate};
 
 use crate::error::{Error, Result};
 use crate::io::Buf;

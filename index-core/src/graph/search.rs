@@ -12,7 +12,7 @@
 use crate::error::{Error, Result};
 use crate::scratch::Scratch;
 use crate::search::{SearchOutput, SearchParams, SearchStats};
-use crate::store::Scorer;
+use crate::store::{QueryScorer, Scorer};
 
 use super::Neighbors;
 
@@ -63,17 +63,11 @@ pub trait Estimate {
     fn score_ids(&self, ids: &[u32], out: &mut [f32]);
 }
 
-/// Exact inner products of `query` with the keys of a [`Scorer`].
-#[derive(Debug)]
-pub struct Exact<'a> {
-    pub scorer: &'a Scorer<'a>,
-    pub query: &'a [f32],
-}
-
-impl Estimate for Exact<'_> {
+/// Exact inner products of the query a [`QueryScorer`] was bound to.
+impl Estimate for QueryScorer<'_> {
     #[inline]
     fn score_ids(&self, ids: &[u32], out: &mut [f32]) {
-        self.scorer.score_ids(self.query, ids, out)
+        QueryScorer::score_ids(self, ids, out)
     }
 }
 
@@ -90,14 +84,16 @@ pub fn beam_search<G: Neighbors + ?Sized>(
     scratch: &mut Scratch,
     out: &mut SearchOutput,
 ) {
+    let mut buf = std::mem::take(&mut scratch.query);
     beam_search_by(
         graph,
-        &Exact { scorer, query },
+        &scorer.bind(query, &mut buf),
         entries,
         settings,
         scratch,
         out,
-    )
+    );
+    scratch.query = buf;
 }
 
 /// [`beam_search`] ranking by `est`: `out` holds the best `settings.k` nodes by `est`'s scores,

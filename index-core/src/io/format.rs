@@ -5,7 +5,7 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "QKINDEX\0"
-//!      8     4  format_version (2; version 1 files, which cannot hold int8 keys, still load)
+//!      8     4  format_version (3; versions 1 and 2 still load: see docs/FORMAT.md)
 //!     12     4  file kind (0 keys, 1 attention, 2 flat, 3 hnsw, 4 ivf, 5 vamana)
 //!     16     4  dtype of stored vectors (0 none, 1 f16, 2 f32, 3 i8 from version 2)
 //!     20     4  d
@@ -26,9 +26,12 @@ use std::path::Path;
 /// The first 8 bytes of every qkindex file.
 pub const MAGIC: [u8; 8] = *b"QKINDEX\0";
 /// The format version this crate writes and the newest it reads.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// The first format version whose files may hold int8 keys (dtype code 3).
 pub const I8_SINCE_VERSION: u32 = 2;
+/// The first format version whose int8 keys carry per-dimension offsets and ranges
+/// ([`crate::metric::affine::Affine`]); version 2's are scaled per key only.
+pub const I8_AFFINE_SINCE_VERSION: u32 = 3;
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 64;
 /// Bytes of one section table entry.
@@ -114,8 +117,8 @@ fn dtype_from_code(code: u32) -> Option<Option<Dtype>> {
 pub struct SectionKind(pub u32);
 
 impl SectionKind {
-    /// `n × d` key rows in the header's dtype, row-major; int8 (version 2): `n` f32 scales, then
-    /// the `n × d` i8 codes.
+    /// `n × d` key rows in the header's dtype, row-major; int8: `d` f32 offsets and `d` f32
+    /// ranges (from version 3), `n` f32 scales, then the `n × d` i8 codes.
     pub const KEYS: Self = Self(1);
     /// JSON naming the key file of a bundle index: `{"file", "checksum", "n", "d", "dtype"}`.
     pub const KEYS_REF: Self = Self(2);

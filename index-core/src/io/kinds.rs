@@ -91,14 +91,20 @@ pub(super) fn add_own_sections<'a, P: Persist + ?Sized>(
 }
 
 /// The key rows as the bytes of a `keys` section: f16 and f32 rows as they are (no copy); int8
-/// keys as `n` f32 scales followed by the `n × d` codes (format version 2, copied into one
-/// buffer).
+/// keys as `d` f32 offsets, `d` f32 ranges, `n` f32 scales and the `n × d` codes (format
+/// version 3, copied into one buffer).
 pub fn key_bytes(store: &KeyStore) -> Cow<'_, [u8]> {
     match store.rows() {
         KeysRef::F16(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
         KeysRef::F32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
-        KeysRef::I8 { codes, scales } => {
-            let mut b = Vec::with_capacity(4 * scales.len() + codes.len());
+        KeysRef::I8 {
+            codes,
+            scales,
+            affine,
+        } => {
+            let mut b = Vec::with_capacity(affine.bytes() + 4 * scales.len() + codes.len());
+            b.extend_from_slice(bytemuck::cast_slice(affine.offset()));
+            b.extend_from_slice(bytemuck::cast_slice(affine.range()));
             b.extend_from_slice(bytemuck::cast_slice(scales));
             b.extend_from_slice(bytemuck::cast_slice(codes));
             Cow::Owned(b)

@@ -1,11 +1,12 @@
 //! Section encoders and decoders shared by the kinds ([`super::kinds`], [`super::baselines`]):
 //! the PARAMS JSON, CSR graphs, entry points, key arrays and the errors of the graph scan.
 
-use super::format::SectionKind;
+use super::format::{SectionKind, I8_AFFINE_SINCE_VERSION};
 use super::reader::RawFile;
 use super::writer::FileWriter;
 use crate::error::{Error, Result};
 use crate::graph::Csr;
+use crate::metric::affine::Affine;
 use crate::store::{Dtype, KeyStore};
 use half::f16;
 use std::borrow::Cow;
@@ -138,23 +139,41 @@ pub(super) fn stored_keys(raw: &RawFile, kind: SectionKind) -> Result<KeyStore> 
         Dtype::F16 => KeyStore::from_buf_f16(raw.array::<f16>(kind, count)?, d),
         Dtype::F32 => KeyStore::from_buf_f32(raw.array::<f32>(kind, count)?, d),
         Dtype::I8 => {
-            // `n` f32 scales, then `n × d` codes (their offset, 4n, keeps the scales aligned).
+            // From version 3: `d` f32 offsets and `d` f32 ranges; then `n` f32 scales and
+            // `n × d` codes (every f32 part starts 4-byte aligned).
             let e = raw.required(kind)?;
-            let want = count.checked_add(4 * h.n);
+            let affine_len = if h.version >= I8_AFFINE_SINCE_VERSION {
+                8 * u64::from(h.d)
+            } else {
+                0
+            };
+            let want = count
+                .checked_add(4 * h.n)
+                .and_then(|w| w.checked_add(affine_len));
             if want != Some(e.len) {
                 return Err(raw.error(
                     kind,
                     format!(
-                        "{} bytes, expected {} (n = {} scales of 4 bytes and n × d codes)",
+                        "{} bytes, expected {} ({} bytes of offsets and ranges, n = {} scales \
+                         of 4 bytes and n × d codes)",
                         e.len,
                         want.map_or("an overflow".into(), |w| w.to_string()),
+                        affine_len,
                         h.n
                     ),
                 ));
             }
-            let scales = raw.array_at::<f32>(e, 0, h.n)?;
-            let codes = raw.array_at::<i8>(e, 4 * h.n, count)?;
-            KeyStore::from_bufs_i8(codes, scales, d)
+            let affine = if affine_len > 0 {
+                let offset = raw.array_at::<f32>(e, 0, u64::from(h.d))?;
+                let range = raw.array_at::<f32>(e, 4 * u64::from(h.d), u64::from(h.d))?;
+                Affine::from_parts(offset.as_slice().to_vec(), range.as_slice().to_vec())
+                    .map_err(|err| raw.error(kind, err.to_string()))?
+            } else {
+                Affine::identity(d)
+            };
+            let scales = raw.array_at::<f32>(e, affine_len, h.n)?;
+            let codes = raw.array_at::<i8>(e, affine_len + 4 * h.n, count)?;
+            KeyStore::from_bufs_i8(codes, scales, affine, d)
         }
     }
     .map_err(|e| raw.error(kind, e.to_string()))

@@ -357,7 +357,11 @@ impl AnnIndex for IvfIndex {
         let nprobe = nprobe.min(nlist);
         out.clear();
         let Scratch {
-            best, ids, scores, ..
+            best,
+            ids,
+            scores,
+            query: query_buf,
+            ..
         } = scratch;
         if scores.len() < nlist + CHUNK {
             scores.resize(nlist + CHUNK, 0.0);
@@ -373,7 +377,8 @@ impl AnnIndex for IvfIndex {
         best.drain_sorted(ids, &mut out.scores);
         out.scores.clear();
 
-        let scorer = self.lists.scorer();
+        let lists = self.lists.scorer();
+        let scorer = lists.bind(query, query_buf);
         best.reset(k);
         let mut scanned = 0usize;
         for &l in ids.iter() {
@@ -386,7 +391,7 @@ impl AnnIndex for IvfIndex {
             while p < e {
                 let len = CHUNK.min(e - p);
                 let chunk = &mut buf[..len];
-                scorer.score_range(query, p, chunk);
+                scorer.score_range(p, chunk);
                 best.push_block(chunk, p as u32);
                 p += len;
             }

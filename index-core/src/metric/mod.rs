@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `scalar.rs` | portable reference kernels (the ground truth of the property tests) |
 //! | `x86.rs` | AVX2+FMA+F16C and AVX-512 kernels |
+//! | `affine.rs` | per-dimension offsets and ranges of int8 codes ([`affine::Affine`]) |
 //! | `int8.rs` | int8 key codes: f32 × int8 rows, integer code estimates ([`int8::I8Kernels`]) |
 //! | `x86_int8.rs` | their AVX2, AVX-512 and VNNI versions |
 //! | `neon.rs` | aarch64 Advanced SIMD (NEON) kernels, summing in the AVX-512 order |
@@ -16,6 +17,7 @@
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[macro_use]
 mod loops;
+pub mod affine;
 pub mod int8;
 #[cfg(target_arch = "aarch64")]
 mod neon;

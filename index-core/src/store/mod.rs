@@ -1,10 +1,14 @@
 //! Key storage: `n × dim` keys, row-major, in f16, f32 or int8.
 //!
-//! Int8 ([`Dtype::I8`], issue 26) stores each key as `dim` signed bytes and one f32 scale
-//! (`key ≈ scale · code`, `scale = max|key| / 127`, [`crate::metric::int8::quantize_row`]): a
-//! quarter of f32's bytes plus 4 per key, with every element off by at most half a step. Its
-//! scores are `scale · (q · code)` with the query in f32: searches of an int8 store rank by those
-//! scores, and they are what its results report.
+//! Int8 ([`Dtype::I8`], issue 26) stores each key as `dim` signed bytes and one f32 scale,
+//! normalised per dimension first ([`Affine`]: `key ≈ offset + range ⊙ (scale · code)`, with
+//! `scale = max|normalised key| / 127`, [`crate::metric::int8::quantize_row`]): a quarter of
+//! f32's bytes plus 4 per key (and `8 · dim` per store), with every normalised element off by at
+//! most half a step. The offsets and ranges are fitted on the keys a store is made from; keys
+//! pushed later keep them (their own scale absorbs a larger magnitude), and an empty store
+//! starts from the identity (plain per-key scales). Its scores are
+//! `q · offset + scale · ((q ⊙ range) · code)` with the query in f32: searches of an int8 store
+//! rank by those scores, and they are what its results report.
 //!
 //! One [`KeyStore`] holds the keys of one KV head. The query heads of a GQA group share it
 //! through an `Arc<KeyStore>`: every index of those heads points at the same memory. Decode
@@ -15,6 +19,7 @@
 
 use crate::error::{check_finite, Error, Result};
 use crate::io::Buf;
+use crate::metric::affine::Affine;
 use crate::metric::int8::{i8_kernels, I8Kernels};
 use crate::metric::{kernels, Kernels};
 use half::f16;
@@ -25,7 +30,8 @@ use half::f16;
 pub enum Dtype {
     F16,
     F32,
-    /// Signed bytes with one f32 scale per key (serde and files: `i8`).
+    /// Signed bytes with one f32 scale per key, normalised per dimension ([`Affine`]; serde
+    /// and files: `i8`).
     I8,
 }
 
@@ -90,10 +96,12 @@ impl std::str::FromStr for Dtype {
 pub enum KeysRef<'a> {
     F16(&'a [f16]),
     F32(&'a [f32]),
-    /// `n × dim` codes and `n` scales: key `i` is `scales[i] · codes[i·dim..(i+1)·dim]`.
+    /// `n × dim` codes, `n` scales and the store's [`Affine`]: key `i` is
+    /// `affine.decode(scales[i], codes[i·dim..(i+1)·dim])`.
     I8 {
         codes: &'a [i8],
         scales: &'a [f32],
+        affine: &'a Affine,
     },
 }
 
@@ -101,7 +109,11 @@ pub enum KeysRef<'a> {
 enum KeyData {
     F16(Buf<f16>),
     F32(Buf<f32>),
-    I8 { codes: Buf<i8>, scales: Buf<f32> },
+    I8 {
+        codes: Buf<i8>,
+        scales: Buf<f32>,
+        affine: Affine,
+    },
 }
 
 /// `n × dim` keys of one head, row-major, f16, f32 or int8.
@@ -143,7 +155,7 @@ impl KeyStore {
     }
 
     /// Keys from a row-major f32 buffer of `n × dim` values, stored as `dtype` (int8: coded
-    /// per key, [`Dtype::I8`]).
+    /// as [`KeyStore::quantize_i8`] codes).
     ///
     /// Errors: as [`KeyStore::from_f32`].
     pub fn from_f32_as(data: Vec<f32>, dim: usize, dtype: Dtype) -> Result<Self> {
@@ -157,18 +169,24 @@ impl KeyStore {
         }
     }
 
-    /// Keys from a row-major f32 buffer of `n × dim` values, coded as int8 with one scale per
-    /// key ([`Dtype::I8`]).
+    /// Keys from a row-major f32 buffer of `n × dim` values, coded as int8 ([`Dtype::I8`]):
+    /// normalised by the offsets and ranges of these keys ([`Affine::fit`]), then one scale
+    /// per key.
     ///
     /// Errors: as [`KeyStore::from_f32`].
     pub fn quantize_i8(data: &[f32], dim: usize) -> Result<Self> {
         let len = check_shape("keys", data.len(), dim)?;
         check_finite("keys", data, dim)?;
+        let affine = Affine::fit(dim, data.chunks_exact(dim));
         let mut codes = vec![0i8; data.len()];
+        let mut row = vec![0.0f32; dim];
         let scales = data
             .chunks_exact(dim)
             .zip(codes.chunks_exact_mut(dim))
-            .map(|(row, c)| crate::metric::int8::quantize_row(row, c))
+            .map(|(key, c)| {
+                row.copy_from_slice(key);
+                affine.encode(&mut row, c)
+            })
             .collect();
         Ok(KeyStore {
             dim,
@@ -176,6 +194,7 @@ impl KeyStore {
             data: KeyData::I8 {
                 codes: Buf::Owned(codes),
                 scales: Buf::Owned(scales),
+                affine,
             },
         })
     }
@@ -200,6 +219,7 @@ impl KeyStore {
             Dtype::I8 => KeyData::I8 {
                 codes: Buf::default(),
                 scales: Buf::default(),
+                affine: Affine::identity(dim),
             },
         };
         Ok(KeyStore { dim, len: 0, data })
@@ -226,10 +246,22 @@ impl KeyStore {
         })
     }
 
-    /// Int8 keys whose codes (`len × dim`) and scales (`len`) live in a file mapping; the loader
-    /// has checked sizes.
-    pub(crate) fn from_bufs_i8(codes: Buf<i8>, scales: Buf<f32>, dim: usize) -> Result<Self> {
+    /// Int8 keys whose codes (`len × dim`) and scales (`len`) live in a file mapping, with
+    /// their offsets and ranges; the loader has checked sizes.
+    pub(crate) fn from_bufs_i8(
+        codes: Buf<i8>,
+        scales: Buf<f32>,
+        affine: Affine,
+        dim: usize,
+    ) -> Result<Self> {
         let len = check_shape("keys", codes.as_slice().len(), dim)?;
+        if affine.dim() != dim {
+            return Err(Error::DimensionMismatch {
+                what: "int8 key offsets (one per dimension)",
+                expected: dim,
+                got: affine.dim(),
+            });
+        }
         if scales.as_slice().len() != len {
             return Err(Error::DimensionMismatch {
                 what: "key scales (one per key)",
@@ -240,7 +272,11 @@ impl KeyStore {
         Ok(KeyStore {
             dim,
             len,
-            data: KeyData::I8 { codes, scales },
+            data: KeyData::I8 {
+                codes,
+                scales,
+                affine,
+            },
         })
     }
 
@@ -306,9 +342,13 @@ impl KeyStore {
         }
     }
 
-    /// Bytes held by the key rows (int8: codes and scales).
+    /// Bytes held by the key rows (int8: codes, scales, offsets and ranges).
     pub fn bytes(&self) -> usize {
-        self.len * self.dtype().row_bytes(self.dim)
+        let affine = match &self.data {
+            KeyData::I8 { affine, .. } => affine.bytes(),
+            _ => 0,
+        };
+        self.len * self.dtype().row_bytes(self.dim) + affine
     }
 
     /// Typed view of all rows.
@@ -316,9 +356,14 @@ impl KeyStore {
         match &self.data {
             KeyData::F16(v) => KeysRef::F16(v.as_slice()),
             KeyData::F32(v) => KeysRef::F32(v.as_slice()),
-            KeyData::I8 { codes, scales } => KeysRef::I8 {
+            KeyData::I8 {
+                codes,
+                scales,
+                affine,
+            } => KeysRef::I8 {
                 codes: codes.as_slice(),
                 scales: scales.as_slice(),
+                affine,
             },
         }
     }
@@ -341,11 +386,16 @@ impl KeyStore {
         match &mut self.data {
             KeyData::F16(v) => v.to_mut().extend(key.iter().map(|&x| f16::from_f32(x))),
             KeyData::F32(v) => v.to_mut().extend_from_slice(key),
-            KeyData::I8 { codes, scales } => {
+            KeyData::I8 {
+                codes,
+                scales,
+                affine,
+            } => {
                 let codes = codes.to_mut();
                 let at = codes.len();
                 codes.resize(at + self.dim, 0);
-                let scale = crate::metric::int8::quantize_row(key, &mut codes[at..]);
+                let mut row = key.to_vec();
+                let scale = affine.encode(&mut row, &mut codes[at..]);
                 scales.to_mut().push(scale);
             }
         }
@@ -366,30 +416,39 @@ impl KeyStore {
                 }
             }
             KeysRef::F32(v) => out.copy_from_slice(&v[s..s + self.dim]),
-            KeysRef::I8 { codes, scales } => {
-                let scale = scales[id as usize];
-                for (o, &c) in out.iter_mut().zip(&codes[s..s + self.dim]) {
-                    *o = scale * f32::from(c);
-                }
-            }
+            KeysRef::I8 {
+                codes,
+                scales,
+                affine,
+            } => affine.decode(scales[id as usize], &codes[s..s + self.dim], out),
         }
     }
 
-    /// All keys converted to f32, row-major (int8: `scale · code`).
+    /// All keys converted to f32, row-major (int8: decoded, [`Affine::decode`]).
     pub fn to_f32(&self) -> Vec<f32> {
         match self.rows() {
             KeysRef::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
             KeysRef::F32(v) => v.to_vec(),
-            KeysRef::I8 { codes, scales } => codes
-                .chunks_exact(self.dim)
-                .zip(scales)
-                .flat_map(|(row, &s)| row.iter().map(move |&c| s * f32::from(c)))
-                .collect(),
+            KeysRef::I8 {
+                codes,
+                scales,
+                affine,
+            } => {
+                let mut out = vec![0.0f32; codes.len()];
+                for ((o, row), &s) in out
+                    .chunks_exact_mut(self.dim)
+                    .zip(codes.chunks_exact(self.dim))
+                    .zip(scales)
+                {
+                    affine.decode(s, row, o);
+                }
+                out
+            }
         }
     }
 
-    /// The rows `ids` in order, as a new store of the same element type (int8 keeps its codes
-    /// and scales exactly).
+    /// The rows `ids` in order, as a new store of the same element type (int8 keeps its codes,
+    /// scales, offsets and ranges exactly).
     ///
     /// # Panics
     /// If an id is `>= len` (internal callers pass ids of this store).
@@ -403,9 +462,14 @@ impl KeyStore {
             KeysRef::F32(v) => {
                 Self::from_f32(ids.iter().flat_map(|i| &v[pick(i)]).copied().collect(), d)
             }
-            KeysRef::I8 { codes, scales } => Self::from_bufs_i8(
+            KeysRef::I8 {
+                codes,
+                scales,
+                affine,
+            } => Self::from_bufs_i8(
                 Buf::Owned(ids.iter().flat_map(|i| &codes[pick(i)]).copied().collect()),
                 Buf::Owned(ids.iter().map(|&i| scales[i as usize]).collect()),
+                affine.clone(),
                 d,
             ),
         }
@@ -431,42 +495,133 @@ pub struct Scorer<'a> {
     i8_kernels: &'a I8Kernels,
 }
 
-impl Scorer<'_> {
+impl<'a> Scorer<'a> {
     /// `q · key[id]`.
     #[inline]
     pub fn score(&self, q: &[f32], id: u32) -> f32 {
-        let s = id as usize * self.dim;
-        match self.keys {
-            KeysRef::F16(k) => (self.kernels.dot_f16)(q, &k[s..s + self.dim]),
-            KeysRef::F32(k) => (self.kernels.dot_f32)(q, &k[s..s + self.dim]),
-            KeysRef::I8 { codes, scales } => {
-                scales[id as usize] * (self.i8_kernels.dot)(q, &codes[s..s + self.dim])
-            }
-        }
+        self.with_query(q, |q, bias| bias + self.raw_score(q, id))
     }
 
     /// `out[i] = q · key[ids[i]]` (`out.len() == ids.len()`), prefetching the next row.
     #[inline]
     pub fn score_ids(&self, q: &[f32], ids: &[u32], out: &mut [f32]) {
+        self.with_query(q, |q, bias| {
+            self.raw_ids(q, ids, out);
+            add_bias(out, bias);
+        })
+    }
+
+    /// `out[i] = q · key[start + i]` for a contiguous range of rows.
+    pub fn score_range(&self, q: &[f32], start: usize, out: &mut [f32]) {
+        self.with_query(q, |q, bias| {
+            self.raw_range(q, start, out);
+            add_bias(out, bias);
+        })
+    }
+
+    /// This scorer bound to `query`, for the many calls of one search: an int8 store's
+    /// per-dimension transform ([`Affine::prepare`]) is done once, into `buf`.
+    pub fn bind<'b>(&self, query: &'b [f32], buf: &'b mut Vec<f32>) -> QueryScorer<'b>
+    where
+        'a: 'b,
+    {
+        let (query, bias) = match self.keys {
+            KeysRef::I8 { affine, .. } if !affine.is_identity() => {
+                buf.resize(query.len(), 0.0);
+                let bias = affine.prepare(query, buf);
+                (&buf[..], bias)
+            }
+            _ => (query, 0.0),
+        };
+        QueryScorer {
+            scorer: *self,
+            query,
+            bias,
+        }
+    }
+
+    /// `f(q, 0)`, or for int8 keys `f(q ⊙ range, q · offset)` ([`Affine::with_query`]).
+    #[inline]
+    fn with_query<R>(&self, q: &[f32], f: impl FnOnce(&[f32], f32) -> R) -> R {
+        match self.keys {
+            KeysRef::I8 { affine, .. } => affine.with_query(q, f),
+            _ => f(q, 0.0),
+        }
+    }
+
+    /// [`Scorer::score`] of a transformed query, without the bias.
+    #[inline]
+    fn raw_score(&self, q: &[f32], id: u32) -> f32 {
+        let s = id as usize * self.dim;
+        match self.keys {
+            KeysRef::F16(k) => (self.kernels.dot_f16)(q, &k[s..s + self.dim]),
+            KeysRef::F32(k) => (self.kernels.dot_f32)(q, &k[s..s + self.dim]),
+            KeysRef::I8 { codes, scales, .. } => {
+                scales[id as usize] * (self.i8_kernels.dot)(q, &codes[s..s + self.dim])
+            }
+        }
+    }
+
+    /// [`Scorer::score_ids`] of a transformed query, without the bias.
+    #[inline]
+    fn raw_ids(&self, q: &[f32], ids: &[u32], out: &mut [f32]) {
         match self.keys {
             KeysRef::F16(k) => (self.kernels.gather_f16)(q, k, self.dim, ids, out),
             KeysRef::F32(k) => (self.kernels.gather_f32)(q, k, self.dim, ids, out),
-            KeysRef::I8 { codes, scales } => {
+            KeysRef::I8 { codes, scales, .. } => {
                 (self.i8_kernels.gather)(q, codes, scales, self.dim, ids, out)
             }
         }
     }
 
-    /// `out[i] = q · key[start + i]` for a contiguous range of rows.
-    pub fn score_range(&self, q: &[f32], start: usize, out: &mut [f32]) {
+    /// [`Scorer::score_range`] of a transformed query, without the bias.
+    fn raw_range(&self, q: &[f32], start: usize, out: &mut [f32]) {
         let (d, end) = (self.dim, start + out.len());
         match self.keys {
             KeysRef::F16(k) => (self.kernels.range_f16)(q, &k[start * d..end * d], d, out),
             KeysRef::F32(k) => (self.kernels.range_f32)(q, &k[start * d..end * d], d, out),
-            KeysRef::I8 { codes, scales } => {
+            KeysRef::I8 { codes, scales, .. } => {
                 (self.i8_kernels.range)(q, &codes[start * d..end * d], &scales[start..end], d, out)
             }
         }
+    }
+}
+
+/// A [`Scorer`] bound to one query ([`Scorer::bind`]): the same scores, bit for bit, without
+/// repeating an int8 store's per-query transform on every call.
+#[derive(Clone, Copy, Debug)]
+pub struct QueryScorer<'a> {
+    scorer: Scorer<'a>,
+    query: &'a [f32],
+    bias: f32,
+}
+
+impl QueryScorer<'_> {
+    /// `query · key[id]`.
+    #[inline]
+    pub fn score(&self, id: u32) -> f32 {
+        self.bias + self.scorer.raw_score(self.query, id)
+    }
+
+    /// `out[i] = query · key[ids[i]]`.
+    #[inline]
+    pub fn score_ids(&self, ids: &[u32], out: &mut [f32]) {
+        self.scorer.raw_ids(self.query, ids, out);
+        add_bias(out, self.bias);
+    }
+
+    /// `out[i] = query · key[start + i]`.
+    pub fn score_range(&self, start: usize, out: &mut [f32]) {
+        self.scorer.raw_range(self.query, start, out);
+        add_bias(out, self.bias);
+    }
+}
+
+/// Adds the part of an affine int8 score common to every key (nothing for the identity).
+#[inline]
+fn add_bias(out: &mut [f32], bias: f32) {
+    if bias != 0.0 {
+        out.iter_mut().for_each(|o| *o += bias);
     }
 }
 

@@ -29,9 +29,14 @@ pub(super) fn pad_keys(keys: &KeyStore, dp: usize, row_multiple: usize) -> (Vec<
                 1.0
             }
         }
-        // Int8 keys are `scale · code` with |code| <= 127.
-        KeysRef::I8 { scales, .. } => {
-            let max = scales.iter().fold(0.0f32, |a, &s| a.max(s)) * 127.0;
+        // Int8 keys are `offset + range · scale · code` with |code| <= 127.
+        KeysRef::I8 { scales, affine, .. } => {
+            let s = scales.iter().fold(0.0f32, |a, &s| a.max(s)) * 127.0;
+            let max = affine
+                .offset()
+                .iter()
+                .zip(affine.range())
+                .fold(0.0f32, |a, (o, r)| a.max(o.abs() + r * s));
             if max > F16_SAFE {
                 F16_SAFE / max
             } else {
@@ -39,10 +44,9 @@ pub(super) fn pad_keys(keys: &KeyStore, dp: usize, row_multiple: usize) -> (Vec<
             }
         }
     };
-    out.par_chunks_mut(dp)
-        .take(n)
-        .enumerate()
-        .for_each(|(i, row)| match keys.rows() {
+    out.par_chunks_mut(dp).take(n).enumerate().for_each_init(
+        || vec![0.0f32; d],
+        |key, (i, row)| match keys.rows() {
             KeysRef::F16(x) => {
                 for (o, v) in row.iter_mut().zip(&x[i * d..(i + 1) * d]) {
                     *o = v.to_bits();
@@ -53,13 +57,18 @@ pub(super) fn pad_keys(keys: &KeyStore, dp: usize, row_multiple: usize) -> (Vec<
                     *o = f16::from_f32(v * scale).to_bits();
                 }
             }
-            KeysRef::I8 { codes, scales } => {
-                let s = scales[i] * scale;
-                for (o, &c) in row.iter_mut().zip(&codes[i * d..(i + 1) * d]) {
-                    *o = f16::from_f32(s * f32::from(c)).to_bits();
+            KeysRef::I8 {
+                codes,
+                scales,
+                affine,
+            } => {
+                affine.decode(scales[i], &codes[i * d..(i + 1) * d], key);
+                for (o, v) in row.iter_mut().zip(key.iter()) {
+                    *o = f16::from_f32(v * scale).to_bits();
                 }
             }
-        });
+        },
+    );
     (out, scale)
 }
 

@@ -64,8 +64,8 @@ pub struct BenchArgs {
     /// Scanned budget of the per-layer and Q→K/K→K gap plots (fraction of keys).
     #[arg(long, default_value_t = 0.10)]
     pub budget: f64,
-    /// Element type of the stored keys every kind searches (f16, f32, or i8: int8 with one
-    /// scale per key); the exact top-k is always computed on the dump's f32 keys.
+    /// Element type of the stored keys every kind searches (f16, f32, or i8: int8 codes
+    /// normalised per dimension, one scale per key); the exact top-k is always computed on the dump's f32 keys.
     #[arg(long, default_value_t = qkindex::Dtype::F16)]
     pub store: qkindex::Dtype,
     /// Output directory.
