@@ -5,7 +5,7 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | [`store`] | f16/f32 key storage shared by GQA heads |
+//! | [`store`] | f16/f32/int8 key storage shared by GQA heads, and its scorers |
 //! | [`metric`] | SIMD inner-product kernels chosen at run time |
 //! | [`knn`] | exact batched top-k ([`knn::KnnBackend`], CPU implementation) |
 //! | [`search`] | the one search interface ([`AnnIndex`]), params, stats |

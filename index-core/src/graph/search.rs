@@ -58,7 +58,7 @@ impl BeamSettings {
 }
 
 /// What a beam search ranks candidates by: `out[i]` = the score of node `ids[i]` for the query
-/// it was made for ([`Exact`] inner products, or code estimates, [`super::codes::CodeScorer`]).
+/// it was made for (exact inner products, [`QueryScorer`], or code estimates, [`super::codes::CodeScorer`]).
 pub trait Estimate {
     fn score_ids(&self, ids: &[u32], out: &mut [f32]);
 }
