@@ -303,6 +303,43 @@ fn graph_knn_below_its_key_floor_builds_the_exact_graph() {
     assert_eq!(index.graph().expect("graph"), exact.graph().expect("graph"));
 }
 
+/// The pooled kNN (`knn_pool`, issue 27): pools of a quarter of the keys or more are the exact
+/// kNN (the same graph bit for bit); smaller pools build a graph that holds the invariants
+/// from every training query's list, and a search at `ef = n` is still the exact top-k.
+#[test]
+fn pooled_knn_builds_the_exact_graph_or_a_valid_one() {
+    let (n, dim) = (3000, 16);
+    let data = ood(n, 8, dim, 13);
+    let keys = Arc::new(KeyStore::from_f32(data.keys.clone(), dim).expect("keys"));
+    let exact = build(&keys, &data.train_queries, &AttentionParams::default());
+    let wide = AttentionParams {
+        knn_pool: n / 4,
+        ..AttentionParams::default()
+    };
+    let index = build(&keys, &data.train_queries, &wide);
+    assert_eq!(index.graph().expect("graph"), exact.graph().expect("graph"));
+    assert_eq!(index.entries(), exact.entries());
+    let pooled = AttentionParams {
+        knn_pool: 300,
+        ..AttentionParams::default()
+    };
+    let index = build(&keys, &data.train_queries, &pooled);
+    check_invariants(&index, n, &pooled, "pooled knn");
+    assert_eq!(index.build_stats().train_queries, n);
+    assert_ne!(index.graph().expect("graph"), exact.graph().expect("graph"));
+    let scorer = keys.scorer();
+    let mut scratch = index.new_scratch();
+    for q in data.test_queries.chunks_exact(dim) {
+        let out = index
+            .search(q, 10, &SearchParams::with_ef(n), &mut scratch)
+            .expect("search");
+        let mut all: Vec<(f32, u32)> = (0..n as u32).map(|i| (scorer.score(q, i), i)).collect();
+        all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let want: Vec<u32> = all[..10].iter().map(|x| x.1).collect();
+        assert_eq!(out.ids, want);
+    }
+}
+
 #[test]
 fn default_recent_entry_is_the_last_key() {
     let data = ood(500, 4, 16, 3);

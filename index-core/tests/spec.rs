@@ -133,6 +133,10 @@ fn strings_name_the_params() {
         "attention:queries-per-key=1,knn-graph=160"
     );
     assert_eq!(
+        parse("attention:knn-pool=16000,prune-cands=128").to_string(),
+        "attention:prune-cands=128,knn-pool=16000"
+    );
+    assert_eq!(
         parse("attention:queries-per-key=1.5,prune-cands=128,knn-probe=24").to_string(),
         "attention:queries-per-key=1.5,prune-cands=128,knn-probe=24"
     );
@@ -148,6 +152,11 @@ fn build_cost_keys_reject_what_they_cannot_do() {
         ("attention:knn-probe=-2", "knn-probe"),
         ("attention:causal=true,knn-graph=64", "knn-graph"),
         ("attention:knn-probe=8,knn-graph=64", "knn-graph"),
+        ("attention:causal=true,knn-pool=16000", "knn-pool"),
+        ("attention:knn-graph=64,knn-pool=16000", "knn-pool"),
+        ("attention:knn-probe=8,knn-pool=16000", "knn-pool"),
+        ("attention:kq=100,knn-pool=99", "knn-pool"),
+        ("attention:knn-pool=lots", "knn-pool"),
         ("attention:prune-cands=many", "prune-cands"),
         ("attention:causal=true,far-check=0.04", "far-check"),
         ("attention:auto-ef=1.5", "auto-ef"),
@@ -376,6 +385,7 @@ fn attention_params() -> impl Strategy<Value = AttentionParams> {
             0usize..400,
             prop_oneof![Just(0usize), 1usize..128],
             prop_oneof![Just(0usize), 1usize..512],
+            prop_oneof![Just(0usize), 1usize..40_000],
         ),
     )
         .prop_map(
@@ -392,18 +402,27 @@ fn attention_params() -> impl Strategy<Value = AttentionParams> {
                 (p.entry_count, p.recent_entries, p.sequence_edges) = counts;
                 let (global_full, far_check);
                 (p.build_ef, p.default_ef, p.causal, global_full, far_check) = search;
+                let pool;
                 (
                     p.queries_per_key,
                     p.prune_candidates,
                     p.knn_probe,
                     p.knn_graph,
+                    pool,
                 ) = cost;
-                // One approximate kNN at a time; thinned or approximate kNN lists have no
-                // causal mode (validation errors); only causal lists are unmasked.
+                // One approximate kNN at a time (a pool holds at least kq keys); thinned or
+                // approximate kNN lists have no causal mode (validation errors); only causal
+                // lists are unmasked.
                 if p.knn_probe > 0 {
                     p.knn_graph = 0;
                 }
-                p.causal &= p.queries_per_key == 0.0 && p.knn_probe == 0 && p.knn_graph == 0;
+                if pool > 0 && p.knn_probe == 0 && p.knn_graph == 0 {
+                    p.knn_pool = pool.max(p.kq);
+                }
+                p.causal &= p.queries_per_key == 0.0
+                    && p.knn_probe == 0
+                    && p.knn_graph == 0
+                    && p.knn_pool == 0;
                 if p.causal {
                     p.global_full = global_full;
                 }

@@ -312,3 +312,20 @@ def test_auto_ef_raises_the_default_ef_to_what_the_last_queries_need(data):
     for bad in (1.5, -0.1, float("nan")):
         with pytest.raises(ValueError, match="auto_ef"):
             qkindex.AttentionIndex.build(keys, train, auto_ef=bad)
+
+
+def test_knn_pool_builds_from_pooled_lists(data):
+    keys, train, queries = data
+    exact = qkindex.AttentionIndex.build(keys, train)
+    assert "knn_pool" not in exact.params
+    index = qkindex.AttentionIndex.build(keys, train, knn_pool=200)
+    assert index.params["knn_pool"] == 200
+    assert index.build_stats["train_queries"] == len(train)
+    # A search over every key is the exact top-k whatever lists the graph was built from.
+    got = index.search(queries, k=10, ef=len(keys))
+    want_ids, want_scores = brute_topk(queries, keys, 10)
+    np.testing.assert_array_equal(got.ids, want_ids)
+    np.testing.assert_allclose(got.scores, want_scores, rtol=1e-4, atol=1e-4)
+    for bad in ({"knn_pool": 99}, {"knn_pool": 200, "causal": True}, {"knn_pool": -1}):
+        with pytest.raises(ValueError, match="knn_pool"):
+            qkindex.AttentionIndex.build(keys, train, **bad)

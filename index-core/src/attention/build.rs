@@ -2,7 +2,8 @@
 //!
 //! 1. Bipartite kNN: each training query's exact top-`kq` keys ([`KnnBackend`]), or with
 //!    `knn_probe` its best keys in that many lists of a coarse IVF ([`super::coarse`]), or with
-//!    `knn_graph` its keys searched in a graph built first ([`super::graph_knn`]); the
+//!    `knn_graph` its keys searched in a graph built first ([`super::graph_knn`]), or with
+//!    `knn_pool` its best keys in a pool shared by similar queries ([`super::pool_knn`]); the
 //!    keys themselves are the queries with [`TrainOn::Keys`]. `queries_per_key` thins the
 //!    training queries first.
 //! 2. Projection: per key, candidate neighbours from the lists it appears in ([`Projection`]).
@@ -16,7 +17,7 @@ use super::auto_ef::calibrate;
 use super::far_check::{keep_better_lists, FarCheck};
 use super::params::{AttentionParams, EntryRule, Projection, TrainOn};
 use super::train_lists::{far_rows, thin, unmask_rows};
-use super::{coarse, graph_knn};
+use super::{coarse, graph_knn, pool_knn};
 use super::{AttentionIndex, AutoEf};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
@@ -131,6 +132,9 @@ pub(super) fn build_once(
     let queries = thin(queries, keys.dim(), params.queries_per_key, n);
     let row_visible = visible.clone();
     let mut lists = match (params.knn_probe, params.knn_graph) {
+        _ if params.knn_pool > 0 => {
+            pool_knn::pool_topk(&queries, &keys, kq, params.knn_pool, knn, cancel)?
+        }
         (0, 0) => knn.topk(
             &queries,
             &keys,

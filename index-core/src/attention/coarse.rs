@@ -94,11 +94,8 @@ pub(super) fn topk(
     Ok(KnnResult { k, ids, scores })
 }
 
-/// The keys split into `round(4·√n)` lists by spherical k-means (as [`IvfParams`]'s default
-/// `nlist`), trained cheaply: evenly strided initial centroids instead of k-means++ (whose
-/// `nlist` sequential passes cost more than the kNN they save at large `n`), [`ITERS`] Lloyd
-/// iterations on [`TRAIN_PER_LIST`] strided keys per list, every assignment a top-1 search of
-/// the backend. The lists only have to gather near keys; the scans are exact.
+/// The keys split into `round(4·√n)` lists by [`spherical_kmeans`] (as [`IvfParams`]'s default
+/// `nlist`). The lists only have to gather near keys; the scans are exact.
 struct Partition {
     /// `nlist × dim`, unit rows (f32).
     centroids: KeyStore,
@@ -115,45 +112,7 @@ impl Partition {
         let (n, d) = (keys.len(), keys.dim());
         let nlist = IvfParams::default_nlist(n);
         let keys32 = keys.to_f32();
-        let strided = |rows: &[f32], count: usize| -> Vec<f32> {
-            let m = rows.len() / d;
-            (0..count)
-                .flat_map(|i| rows[i * m / count * d..][..d].iter().copied())
-                .collect()
-        };
-        let train = strided(&keys32, (TRAIN_PER_LIST * nlist).min(n));
-        let mut centroids = strided(&train, nlist);
-        normalise_rows(&mut centroids, d);
-        let options = KnnOptions {
-            causal: false,
-            cancel: cancel.clone(),
-            visible: None,
-        };
-        for _ in 0..ITERS {
-            cancel.check("coarse k-means")?;
-            let store = KeyStore::from_f32(centroids.clone(), d)?;
-            let labels = knn.topk(&train, &store, 1, &options)?;
-            let mut sums = vec![0.0f64; nlist * d];
-            let mut counts = vec![0usize; nlist];
-            for (row, &c) in train.chunks_exact(d).zip(&labels.ids) {
-                let c = c as usize;
-                counts[c] += 1;
-                for (s, &x) in sums[c * d..(c + 1) * d].iter_mut().zip(row) {
-                    *s += x as f64;
-                }
-            }
-            for c in (0..nlist).filter(|&c| counts[c] > 0) {
-                for (o, &s) in centroids[c * d..(c + 1) * d]
-                    .iter_mut()
-                    .zip(&sums[c * d..(c + 1) * d])
-                {
-                    *o = s as f32;
-                }
-            }
-            normalise_rows(&mut centroids, d);
-        }
-        let centroids = KeyStore::from_f32(centroids, d)?;
-        let labels = knn.topk(&keys32, &centroids, 1, &options)?.ids;
+        let (centroids, labels) = spherical_kmeans(&keys32, d, nlist, knn, cancel)?;
         let mut offsets = vec![0u32; nlist + 1];
         for &l in &labels {
             offsets[l as usize + 1] += 1;
@@ -182,19 +141,73 @@ impl Partition {
     }
 }
 
+/// Spherical k-means of `rows` (`dim` values each, f32) into `nlist` clusters, trained cheaply:
+/// evenly strided initial centroids instead of k-means++ (whose `nlist` sequential passes cost
+/// more than the kNN they save at large sizes), [`ITERS`] Lloyd iterations on
+/// [`TRAIN_PER_LIST`] strided rows per cluster, every assignment a top-1 search of the backend.
+/// Returns the unit centroids (`nlist × dim`) and each row's cluster. `nlist` must be at least 1
+/// and at most the number of rows.
+pub(super) fn spherical_kmeans(
+    rows: &[f32],
+    d: usize,
+    nlist: usize,
+    knn: &dyn KnnBackend,
+    cancel: &Cancel,
+) -> Result<(KeyStore, Vec<u32>)> {
+    let n = rows.len() / d;
+    let strided = |rows: &[f32], count: usize| -> Vec<f32> {
+        let m = rows.len() / d;
+        (0..count)
+            .flat_map(|i| rows[i * m / count * d..][..d].iter().copied())
+            .collect()
+    };
+    let train = strided(rows, (TRAIN_PER_LIST * nlist).min(n));
+    let mut centroids = strided(&train, nlist);
+    normalise_rows(&mut centroids, d);
+    let options = KnnOptions {
+        causal: false,
+        cancel: cancel.clone(),
+        visible: None,
+    };
+    for _ in 0..ITERS {
+        cancel.check("coarse k-means")?;
+        let store = KeyStore::from_f32(centroids.clone(), d)?;
+        let labels = knn.topk(&train, &store, 1, &options)?;
+        let mut sums = vec![0.0f64; nlist * d];
+        let mut counts = vec![0usize; nlist];
+        for (row, &c) in train.chunks_exact(d).zip(&labels.ids) {
+            let c = c as usize;
+            counts[c] += 1;
+            for (s, &x) in sums[c * d..(c + 1) * d].iter_mut().zip(row) {
+                *s += x as f64;
+            }
+        }
+        for c in (0..nlist).filter(|&c| counts[c] > 0) {
+            for (o, &s) in centroids[c * d..(c + 1) * d]
+                .iter_mut()
+                .zip(&sums[c * d..(c + 1) * d])
+            {
+                *o = s as f32;
+            }
+        }
+        normalise_rows(&mut centroids, d);
+    }
+    let centroids = KeyStore::from_f32(centroids, d)?;
+    let labels = knn.topk(rows, &centroids, 1, &options)?.ids;
+    Ok((centroids, labels))
+}
+
 /// The rows `ids` of `rows` (`dim` values each), in that order.
-fn gather<T: Copy>(rows: &[T], ids: &[u32], dim: usize) -> Vec<T> {
-    ids.iter()
-        .flat_map(|&i| {
-            rows[i as usize * dim..(i as usize + 1) * dim]
-                .iter()
-                .copied()
-        })
-        .collect()
+pub(super) fn gather<T: Copy>(rows: &[T], ids: &[u32], dim: usize) -> Vec<T> {
+    let mut out = Vec::with_capacity(ids.len() * dim);
+    for &i in ids {
+        out.extend_from_slice(&rows[i as usize * dim..(i as usize + 1) * dim]);
+    }
+    out
 }
 
 /// Scales each row (`dim` values) to unit L2 norm; zero rows stay zero.
-fn normalise_rows(rows: &mut [f32], dim: usize) {
+pub(super) fn normalise_rows(rows: &mut [f32], dim: usize) {
     for row in rows.chunks_exact_mut(dim) {
         let norm = row.iter().map(|&x| x * x).sum::<f32>().sqrt();
         if norm > 0.0 {

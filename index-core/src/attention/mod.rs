@@ -6,6 +6,7 @@
 //! | `build.rs` | bipartite kNN → projection → pruning → reverse edges → connectivity |
 //! | `coarse.rs` | approximate top-`kq` lists of the build through a coarse IVF (`knn_probe`) |
 //! | `graph_knn.rs` | approximate top-`kq` lists of the build searched in a graph built first (`knn_graph`) |
+//! | `pool_knn.rs` | approximate top-`kq` lists of the build from pools shared by clustered queries (`knn_pool`) |
 //! | `insert.rs` | query-aware insertion of keys that arrive after the build (decode) |
 //! | `mod.rs` | the index and its search |
 //!
@@ -25,6 +26,7 @@ mod far_check;
 mod graph_knn;
 mod insert;
 mod params;
+mod pool_knn;
 mod train_lists;
 
 pub use crate::graph::Prune;

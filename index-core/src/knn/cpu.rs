@@ -1,7 +1,9 @@
 //! CPU exact top-k: `faer` matrix products over tiles of queries × keys, a bounded heap per
 //! query row, rayon over query tiles.
 
-use super::{check_knn_args, check_visible, KnnBackend, KnnOptions, KnnResult};
+use super::{
+    check_among, check_knn_args, check_visible, map_positions, KnnBackend, KnnOptions, KnnResult,
+};
 use crate::error::{Error, Result};
 use crate::scratch::TopK;
 use crate::store::KeyStore;
@@ -31,71 +33,136 @@ impl KnnBackend for CpuKnn {
         k: usize,
         options: &KnnOptions,
     ) -> Result<KnnResult> {
-        let m = check_knn_args(queries, keys, k)?;
-        check_visible(options, m)?;
-        let d = keys.dim();
-        let n = keys.len();
-        let keys32 = keys.to_f32();
-        let mut ids = vec![KnnResult::PAD; m * k];
-        let mut scores = vec![f32::NEG_INFINITY; m * k];
-        ids.par_chunks_mut(QUERY_TILE * k)
-            .zip(scores.par_chunks_mut(QUERY_TILE * k))
-            .enumerate()
-            .try_for_each_init(
-                || {
-                    let tile = vec![0.0f32; QUERY_TILE * KEY_TILE];
-                    (
-                        tile,
-                        Vec::<TopK>::new(),
-                        Vec::<u32>::new(),
-                        Vec::<f32>::new(),
-                    )
-                },
-                |(tile, heaps, row_ids, row_scores), (t, (ids_out, scores_out))| {
-                    options.cancel.check("exact top-k")?;
-                    let q0 = t * QUERY_TILE;
-                    let qb = ids_out.len() / k;
-                    let q = &queries[q0 * d..(q0 + qb) * d];
-                    heaps.resize_with(qb, TopK::default);
-                    for h in heaps.iter_mut() {
-                        h.reset(k);
-                    }
-                    // Keys query q0 + r sees: 0..visible[q0 + r], or causal 0..=q0 + r, so none
-                    // past the tile's last row.
-                    let sees = |r: usize| match &options.visible {
-                        Some(v) => (v[q0 + r] as usize).min(n),
-                        None if options.causal => n.min(q0 + r + 1),
-                        None => n,
-                    };
-                    let key_end = (0..qb).map(sees).max().unwrap_or(0);
-                    // Last key tile first: scores tend to rise towards a query's own position
-                    // (recent keys), so the thresholds rise early and fewer scores are kept.
-                    for k0 in (0..key_end).step_by(KEY_TILE).rev() {
-                        let kb = KEY_TILE.min(key_end - k0);
-                        let lhs = MatRef::from_row_major_slice(q, qb, d);
-                        let rhs =
-                            MatRef::from_row_major_slice(&keys32[k0 * d..(k0 + kb) * d], kb, d);
-                        let dst = MatMut::from_row_major_slice_mut(&mut tile[..qb * kb], qb, kb);
-                        matmul(dst, Accum::Replace, lhs, rhs.transpose(), 1.0f32, Par::Seq);
-                        for (r, heap) in heaps.iter_mut().enumerate() {
-                            let row = &tile[r * kb..(r + 1) * kb];
-                            let limit = sees(r).saturating_sub(k0).min(kb);
-                            heap.push_block(&row[..limit], k0 as u32);
-                        }
-                    }
-                    for (r, heap) in heaps.iter_mut().enumerate() {
-                        let (i, s) = (&mut *row_ids, &mut *row_scores);
-                        i.clear();
-                        s.clear();
-                        heap.drain_sorted(i, s);
-                        ids_out[r * k..r * k + i.len()].copy_from_slice(i);
-                        scores_out[r * k..r * k + s.len()].copy_from_slice(s);
-                    }
-                    Ok::<(), Error>(())
-                },
-            )?;
-        Ok(KnnResult { k, ids, scores })
+        check_knn_args(queries, keys, k)?;
+        let keys32 = keys.f32_rows();
+        topk_rows(queries, &KeyRows::All(&keys32), keys.dim(), k, options)
     }
+
+    /// Gathers each tile of 1,024 of the `ids` rows (converted to f32) into a buffer that stays
+    /// in cache for its matrix product, instead of copying every row out first.
+    fn topk_among(
+        &self,
+        queries: &[f32],
+        keys: &KeyStore,
+        ids: &[u32],
+        k: usize,
+        options: &KnnOptions,
+    ) -> Result<KnnResult> {
+        check_among(queries, keys, ids, k)?;
+        let mut found = topk_rows(
+            queries,
+            &KeyRows::Among { keys, ids },
+            keys.dim(),
+            k,
+            options,
+        )?;
+        map_positions(&mut found, ids);
+        Ok(found)
+    }
+}
+
+/// The key rows a top-k scores, in order: every row of an f32 matrix, or the rows `ids` of a
+/// store (results are then positions in `ids`).
+enum KeyRows<'a> {
+    All(&'a [f32]),
+    Among { keys: &'a KeyStore, ids: &'a [u32] },
+}
+
+impl KeyRows<'_> {
+    fn len(&self, d: usize) -> usize {
+        match self {
+            KeyRows::All(rows) => rows.len() / d.max(1),
+            KeyRows::Among { ids, .. } => ids.len(),
+        }
+    }
+
+    /// Rows `k0..k0 + kb` as `kb × d` f32: borrowed, or gathered into `buf`.
+    fn tile<'b>(&'b self, k0: usize, kb: usize, d: usize, buf: &'b mut Vec<f32>) -> &'b [f32] {
+        match self {
+            KeyRows::All(rows) => &rows[k0 * d..(k0 + kb) * d],
+            KeyRows::Among { keys, ids } => {
+                buf.resize(kb * d, 0.0);
+                for (row, &id) in buf.chunks_exact_mut(d).zip(&ids[k0..k0 + kb]) {
+                    keys.row_into(id, row);
+                }
+                &buf[..kb * d]
+            }
+        }
+    }
+}
+
+/// The exact top-`k` of every query over `rows` (tiles of [`QUERY_TILE`] queries × [`KEY_TILE`]
+/// keys, rayon over query tiles); ids are positions in `rows`. The caller checked the queries
+/// and `k`.
+fn topk_rows(
+    queries: &[f32],
+    rows: &KeyRows<'_>,
+    d: usize,
+    k: usize,
+    options: &KnnOptions,
+) -> Result<KnnResult> {
+    let m = queries.len() / d;
+    check_visible(options, m)?;
+    let n = rows.len(d);
+    let mut ids = vec![KnnResult::PAD; m * k];
+    let mut scores = vec![f32::NEG_INFINITY; m * k];
+    ids.par_chunks_mut(QUERY_TILE * k)
+        .zip(scores.par_chunks_mut(QUERY_TILE * k))
+        .enumerate()
+        .try_for_each_init(
+            || {
+                let tile = vec![0.0f32; QUERY_TILE * KEY_TILE];
+                (
+                    tile,
+                    Vec::<f32>::new(),
+                    Vec::<TopK>::new(),
+                    Vec::<u32>::new(),
+                    Vec::<f32>::new(),
+                )
+            },
+            |(tile, gathered, heaps, row_ids, row_scores), (t, (ids_out, scores_out))| {
+                options.cancel.check("exact top-k")?;
+                let q0 = t * QUERY_TILE;
+                let qb = ids_out.len() / k;
+                let q = &queries[q0 * d..(q0 + qb) * d];
+                heaps.resize_with(qb, TopK::default);
+                for h in heaps.iter_mut() {
+                    h.reset(k);
+                }
+                // Keys query q0 + r sees: 0..visible[q0 + r], or causal 0..=q0 + r, so none
+                // past the tile's last row.
+                let sees = |r: usize| match &options.visible {
+                    Some(v) => (v[q0 + r] as usize).min(n),
+                    None if options.causal => n.min(q0 + r + 1),
+                    None => n,
+                };
+                let key_end = (0..qb).map(sees).max().unwrap_or(0);
+                // Last key tile first: scores tend to rise towards a query's own position
+                // (recent keys), so the thresholds rise early and fewer scores are kept.
+                for k0 in (0..key_end).step_by(KEY_TILE).rev() {
+                    let kb = KEY_TILE.min(key_end - k0);
+                    let lhs = MatRef::from_row_major_slice(q, qb, d);
+                    let rhs = MatRef::from_row_major_slice(rows.tile(k0, kb, d, gathered), kb, d);
+                    let dst = MatMut::from_row_major_slice_mut(&mut tile[..qb * kb], qb, kb);
+                    matmul(dst, Accum::Replace, lhs, rhs.transpose(), 1.0f32, Par::Seq);
+                    for (r, heap) in heaps.iter_mut().enumerate() {
+                        let row = &tile[r * kb..(r + 1) * kb];
+                        let limit = sees(r).saturating_sub(k0).min(kb);
+                        heap.push_block(&row[..limit], k0 as u32);
+                    }
+                }
+                for (r, heap) in heaps.iter_mut().enumerate() {
+                    let (i, s) = (&mut *row_ids, &mut *row_scores);
+                    i.clear();
+                    s.clear();
+                    heap.drain_sorted(i, s);
+                    ids_out[r * k..r * k + i.len()].copy_from_slice(i);
+                    scores_out[r * k..r * k + s.len()].copy_from_slice(s);
+                }
+                Ok::<(), Error>(())
+            },
+        )?;
+    Ok(KnnResult { k, ids, scores })
 }
 
 #[cfg(test)]
@@ -170,6 +237,79 @@ mod tests {
         assert!(matches!(
             CpuKnn.topk(&q, &store, k, &short),
             Err(Error::DimensionMismatch { .. })
+        ));
+    }
+
+    /// The top-k among some keys is the top-k of those keys' rows, with key ids, on the CPU's
+    /// tiled gather and on the trait's default (gather, then `topk`) alike; positions mask.
+    #[test]
+    fn topk_among_scores_only_the_given_keys() {
+        struct ViaGather(CpuKnn);
+        impl KnnBackend for ViaGather {
+            fn name(&self) -> String {
+                "default".into()
+            }
+            fn topk(
+                &self,
+                q: &[f32],
+                keys: &KeyStore,
+                k: usize,
+                o: &KnnOptions,
+            ) -> Result<KnnResult> {
+                self.0.topk(q, keys, k, o)
+            }
+        }
+        let (m, n, d, k) = (70, 3000, 16, 12);
+        let (q, kv, _) = normal_case(m, n, d, 8);
+        let store = KeyStore::from_f32_as(kv.clone(), d, crate::Dtype::F16).expect("f16");
+        let half = store.to_f32();
+        // Every third key from 7, ascending, and more than one key tile of them.
+        let ids: Vec<u32> = (7..n as u32).step_by(3).collect();
+        let sub: Vec<f32> = ids
+            .iter()
+            .flat_map(|&i| half[i as usize * d..][..d].iter().copied())
+            .collect();
+        let visible: Vec<u32> = (0..m as u32).map(|i| i * 17).collect();
+        for options in [
+            KnnOptions::default(),
+            KnnOptions {
+                visible: Some(visible.clone().into()),
+                ..Default::default()
+            },
+        ] {
+            let tiled = CpuKnn
+                .topk_among(&q, &store, &ids, k, &options)
+                .expect("among");
+            let default = ViaGather(CpuKnn)
+                .topk_among(&q, &store, &ids, k, &options)
+                .expect("default");
+            assert_eq!(tiled, default);
+            for i in 0..m {
+                let sees = options
+                    .visible
+                    .as_ref()
+                    .map_or(ids.len(), |v| v[i] as usize);
+                let want: Vec<u32> = brute(
+                    &q[i * d..(i + 1) * d],
+                    &sub[..sees.min(ids.len()) * d],
+                    d,
+                    k,
+                    None,
+                )
+                .into_iter()
+                .map(|p| ids[p as usize])
+                .collect();
+                assert_eq!(tiled.row(i), &want[..], "row {i}");
+            }
+        }
+        let c = KnnOptions::default();
+        assert!(matches!(
+            CpuKnn.topk_among(&q, &store, &[1, n as u32], 1, &c),
+            Err(Error::InvalidParam { name: "ids", .. })
+        ));
+        assert!(matches!(
+            CpuKnn.topk_among(&q, &store, &[1, 2], 3, &c),
+            Err(Error::InvalidParam { name: "k", .. })
         ));
     }
 

@@ -88,6 +88,54 @@ pub trait KnnBackend: Send + Sync {
         k: usize,
         options: &KnnOptions,
     ) -> Result<KnnResult>;
+
+    /// Exact top-`k` of each query among the keys `ids` of `keys` (in that order; returned
+    /// ids are key ids). `options.visible` and `causal` count positions in `ids`, so with
+    /// ascending ids a count masks keys by position. The default gathers the rows into a store
+    /// and calls [`KnnBackend::topk`]; a backend may score them where they lie.
+    ///
+    /// Errors: those of [`KnnBackend::topk`]; an id `≥ keys.len()` ([`Error::InvalidParam`]
+    /// named `ids`); `k` above `ids.len()`.
+    fn topk_among(
+        &self,
+        queries: &[f32],
+        keys: &KeyStore,
+        ids: &[u32],
+        k: usize,
+        options: &KnnOptions,
+    ) -> Result<KnnResult> {
+        check_among(queries, keys, ids, k)?;
+        let mut found = self.topk(queries, &keys.gather(ids)?, k, options)?;
+        map_positions(&mut found, ids);
+        Ok(found)
+    }
+}
+
+/// Validates the arguments of [`KnnBackend::topk_among`]; returns the number of queries.
+pub fn check_among(queries: &[f32], keys: &KeyStore, ids: &[u32], k: usize) -> Result<usize> {
+    let m = check_knn_args(queries, keys, k)?;
+    if let Some(&bad) = ids.iter().find(|&&id| id as usize >= keys.len()) {
+        return Err(Error::invalid_param(
+            "ids",
+            bad,
+            format!("must be below the number of keys, {}", keys.len()),
+        ));
+    }
+    if k > ids.len() {
+        return Err(Error::invalid_param(
+            "k",
+            k,
+            format!("must be in 1..={} (the number of ids)", ids.len()),
+        ));
+    }
+    Ok(m)
+}
+
+/// Turns the positions in `ids` that a top-k over gathered rows returned into the ids.
+pub fn map_positions(found: &mut KnnResult, ids: &[u32]) {
+    for id in found.ids.iter_mut().filter(|id| **id != KnnResult::PAD) {
+        *id = ids[*id as usize];
+    }
 }
 
 /// Validates `options.visible` against `m` queries (one entry each).

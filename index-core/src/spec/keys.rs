@@ -45,6 +45,7 @@ const ATTENTION: &[Key] = &[
     key("prune-cands", "prune_candidates"),
     key("knn-probe", "knn_probe"),
     key("knn-graph", "knn_graph"),
+    key("knn-pool", "knn_pool"),
     key("codes", "codes"),
     key("rerank", "rerank"),
 ];
@@ -226,6 +227,7 @@ fn get(spec: &IndexSpec, name: &str) -> Option<String> {
             "prune-cands" => p.prune_candidates.to_string(),
             "knn-probe" => p.knn_probe.to_string(),
             "knn-graph" => p.knn_graph.to_string(),
+            "knn-pool" => p.knn_pool.to_string(),
             "codes" => p.codes.name().into(),
             "rerank" => p.rerank.to_string(),
             _ => return None,
@@ -334,6 +336,7 @@ fn set_attention(p: &mut AttentionParams, name: &'static str, value: &str) -> Re
         "prune-cands" => p.prune_candidates = number(name, value)?,
         "knn-probe" => p.knn_probe = number(name, value)?,
         "knn-graph" => p.knn_graph = number(name, value)?,
+        "knn-pool" => p.knn_pool = number(name, value)?,
         _ => return Err(unknown(name)),
     }
     Ok(())

@@ -448,6 +448,14 @@ impl KeyStore {
         }
     }
 
+    /// All keys as f32, row-major: borrowed from an f32 store, else converted ([`KeyStore::to_f32`]).
+    pub fn f32_rows(&self) -> std::borrow::Cow<'_, [f32]> {
+        match self.rows() {
+            KeysRef::F32(v) => std::borrow::Cow::Borrowed(v),
+            _ => std::borrow::Cow::Owned(self.to_f32()),
+        }
+    }
+
     /// The rows `ids` in order, as a new store of the same element type (int8 keeps its codes,
     /// scales, offsets and ranges exactly).
     ///

@@ -72,6 +72,7 @@ class AttentionIndex:
         device: str = "auto",
         dtype: Optional[str] = None,
         auto_ef: float = 0.0,
+        knn_pool: int = 0,
     ) -> "AttentionIndex": ...
     def search(
         self, queries: ArrayLike, k: int = 100, ef: Optional[int] = None, beam: Optional[int] = None
