@@ -110,6 +110,16 @@ impl LazyKnn {
     }
 }
 
+impl LazyKnn {
+    /// [`LazyKnn::get`] as the library's error.
+    fn backend(&self) -> qkindex::Result<&Selected> {
+        self.get().map_err(|e| qkindex::Error::Backend {
+            backend: self.requested.to_string(),
+            reason: e.to_string(),
+        })
+    }
+}
+
 impl KnnBackend for LazyKnn {
     fn name(&self) -> String {
         match self.get() {
@@ -125,11 +135,18 @@ impl KnnBackend for LazyKnn {
         k: usize,
         options: &KnnOptions,
     ) -> qkindex::Result<KnnResult> {
-        let backend = self.get().map_err(|e| qkindex::Error::Backend {
-            backend: self.requested.to_string(),
-            reason: e.to_string(),
-        })?;
-        backend.topk(queries, keys, k, options)
+        self.backend()?.topk(queries, keys, k, options)
+    }
+
+    fn topk_among(
+        &self,
+        queries: &[f32],
+        keys: &KeyStore,
+        ids: &[u32],
+        k: usize,
+        options: &KnnOptions,
+    ) -> qkindex::Result<KnnResult> {
+        self.backend()?.topk_among(queries, keys, ids, k, options)
     }
 }
 

@@ -94,6 +94,20 @@ impl KnnBackend for Selected {
             Selected::Cuda(g) => g.topk(queries, keys, k, options),
         }
     }
+
+    fn topk_among(
+        &self,
+        queries: &[f32],
+        keys: &KeyStore,
+        ids: &[u32],
+        k: usize,
+        options: &KnnOptions,
+    ) -> qkindex::Result<KnnResult> {
+        match self {
+            Selected::Cpu { .. } => CpuKnn.topk_among(queries, keys, ids, k, options),
+            Selected::Cuda(g) => g.topk_among(queries, keys, ids, k, options),
+        }
+    }
 }
 
 /// Resolves a device request. `auto` never fails: without a usable GPU it returns the CPU with

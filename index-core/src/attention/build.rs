@@ -167,12 +167,14 @@ pub(super) fn build_once(
         .map_init(
             || Tally::new(n),
             |tally, v| {
-                let mut cands = candidates(v, &lists, &occurrences, params, &keys32, dim, tally);
-                if params.prune_candidates > 0 {
-                    cands.truncate(params.prune_candidates);
-                }
+                let cands = candidates(v, &lists, &occurrences, params, &keys32, dim, tally);
+                let cap = match params.prune_candidates {
+                    0 => usize::MAX,
+                    cap => cap,
+                };
+                let ranked = BestFirst::new(cands).take(cap);
                 let mut out = sequence_neighbors(v, n, params.sequence_edges, params.max_degree);
-                for c in select(v, cands, params, &keys32, dim) {
+                for c in select(v, ranked, params, &keys32, dim) {
                     if out.len() >= params.max_degree {
                         break;
                     }
@@ -307,11 +309,11 @@ impl Tally {
 /// How many occurrences ahead the projection prefetches a list window.
 const PREFETCH_OCCURRENCES: usize = 8;
 
-/// Candidate neighbours of `v` with a weight (higher is better), deduplicated, best first.
+/// Candidate neighbours of `v` with a weight (higher is better), deduplicated, in no order
+/// ([`BestFirst`] ranks them).
 ///
 /// Rank weights are small integers, so their f32 sums are exact in any order: the tally gives
-/// the same weights as a sort by id would, and the final sort (by weight, then id) the same
-/// list.
+/// the same weights as a sort by id would, and the ranking (by weight, then id) the same list.
 fn candidates(
     v: u32,
     lists: &KnnResult,
@@ -377,40 +379,80 @@ fn candidates(
             cand.0 = dot(kv, &keys[c * dim..(c + 1) * dim]);
         }
     }
-    sort_best_first(&mut out);
     out
 }
 
-/// Sorts `(weight, id)` pairs by weight, highest first ([`f32::total_cmp`]), then by id, through
-/// one `u64` key per pair: comparing those is about twice as fast as comparing the pairs (the
-/// projection sorts every key's candidates).
-fn sort_best_first(cands: &mut [(f32, u32)]) {
-    cands.sort_unstable_by_key(|&(w, id)| {
-        // `total_cmp`'s key: flip the magnitude bits of negatives, then the sign bit makes the
-        // order unsigned; inverted for highest first.
-        let b = w.to_bits();
-        let ord = b ^ ((((b as i32) >> 31) as u32) >> 1) ^ 0x8000_0000;
-        (u64::from(!ord) << 32) | u64::from(id)
-    });
+/// The order of `(weight, id)` pairs, weight highest first ([`f32::total_cmp`]), then id, as one
+/// `u64` per pair: comparing those is about twice as fast as comparing the pairs.
+fn best_first_key(&(w, id): &(f32, u32)) -> u64 {
+    // `total_cmp`'s key: flip the magnitude bits of negatives, then the sign bit makes the
+    // order unsigned; inverted for highest first.
+    let b = w.to_bits();
+    let ord = b ^ ((((b as i32) >> 31) as u32) >> 1) ^ 0x8000_0000;
+    (u64::from(!ord) << 32) | u64::from(id)
 }
 
-/// Cuts candidates (weighted, best first) down to `max_degree` out-edges by the params' rule,
+/// Sorts `(weight, id)` pairs best first ([`best_first_key`]).
+#[cfg(test)]
+fn sort_best_first(cands: &mut [(f32, u32)]) {
+    cands.sort_unstable_by_key(best_first_key);
+}
+
+/// Candidates sorted at first only as far as this many are read; each further chunk doubles.
+const FIRST_RANKED: usize = 64;
+
+/// The ids of `(weight, id)` pairs in [`best_first_key`] order, ranked lazily: each chunk is
+/// selected from the rest in linear time and only that chunk sorted. Pruning usually reads a
+/// few dozen of a key's thousands of candidates, so this replaces a full sort per key by a
+/// selection, and yields exactly the order the full sort gives (the keys are distinct).
+struct BestFirst {
+    items: Vec<(f32, u32)>,
+    next: usize,
+    sorted: usize,
+}
+
+impl BestFirst {
+    fn new(items: Vec<(f32, u32)>) -> Self {
+        BestFirst {
+            items,
+            next: 0,
+            sorted: 0,
+        }
+    }
+}
+
+impl Iterator for BestFirst {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        if self.next == self.sorted {
+            let rest = &mut self.items[self.next..];
+            if rest.is_empty() {
+                return None;
+            }
+            let chunk = FIRST_RANKED.max(self.sorted).min(rest.len());
+            if chunk < rest.len() {
+                rest.select_nth_unstable_by_key(chunk - 1, best_first_key);
+            }
+            rest[..chunk].sort_unstable_by_key(best_first_key);
+            self.sorted += chunk;
+        }
+        self.next += 1;
+        Some(self.items[self.next - 1].1)
+    }
+}
+
+/// Cuts candidates (ids, best first) down to `max_degree` out-edges by the params' rule,
 /// with `v`'s own row as the pivot.
 pub(super) fn select(
     v: u32,
-    cands: Vec<(f32, u32)>,
+    cands: impl IntoIterator<Item = u32>,
     params: &AttentionParams,
     keys: &[f32],
     dim: usize,
 ) -> Vec<u32> {
     let row = |i: u32| &keys[i as usize * dim..(i as usize + 1) * dim];
-    prune(
-        params.prune,
-        row(v),
-        cands.into_iter().map(|c| c.1),
-        params.max_degree,
-        row,
-    )
+    prune(params.prune, row(v), cands, params.max_degree, row)
 }
 
 /// The keys within `s` positions of `v` (nearest first), at most `max` of them.
@@ -555,7 +597,29 @@ fn connect(
 
 #[cfg(test)]
 mod tests {
-    use super::sort_best_first;
+    use super::{sort_best_first, BestFirst};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The lazy ranking yields the full sort's order, whole or cut short, at any size
+        /// around its chunk boundaries and with many tied weights.
+        #[test]
+        fn best_first_is_the_full_sort_read_lazily(
+            weights in proptest::collection::vec(-8i32..8, 0..700),
+            take in 0usize..800,
+        ) {
+            let items: Vec<(f32, u32)> = weights
+                .iter()
+                .enumerate()
+                .map(|(i, &w)| (w as f32 / 4.0, (i as u32 * 7919) % 10_007))
+                .collect();
+            let mut want = items.clone();
+            sort_best_first(&mut want);
+            let want: Vec<u32> = want.iter().map(|x| x.1).take(take).collect();
+            let got: Vec<u32> = BestFirst::new(items).take(take).collect();
+            prop_assert_eq!(got, want);
+        }
+    }
 
     #[test]
     fn packed_sort_matches_the_pair_comparison() {

@@ -266,7 +266,7 @@ mod tests {
                     cands.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
                     cands.truncate(2 * max_degree);
                     let ids: Vec<u32> = cands.iter().map(|c| c.1).collect();
-                    let at_build = select(v, cands, &params, &keys32, dim);
+                    let at_build = select(v, ids.clone(), &params, &keys32, dim);
                     let at_insert = prune_candidates(rule, pivot, &ids, &store, max_degree);
                     assert_eq!(at_build, at_insert, "{rule} max_degree {max_degree} v {v}");
                     assert!(at_build.len() <= max_degree);

@@ -59,7 +59,9 @@ const PREFETCH_AHEAD: usize = 4;
 /// The out-edges `rule` keeps of `cands` (ids, best-ranked first, without repeats and without
 /// the node itself): at most `max` ids, in the order they are kept. `pivot` is the node's own
 /// vector and `row(c)` candidate `c`'s (both `dim` values). Occlusion stops at `max` kept
-/// candidates; with fill, the free slots then take the dropped ones in rank order.
+/// candidates; with fill, the free slots then take the dropped ones in rank order. Candidates
+/// are drawn one at a time (a few ahead, for the prefetch), so a lazily ordered iterator is
+/// only ordered as far as the rule reads it.
 pub fn prune<'a>(
     rule: Prune,
     pivot: &[f32],
@@ -76,14 +78,20 @@ pub fn prune<'a>(
     // from wherever the key matrix holds them.
     let mut kept_rows: Vec<f32> = Vec::with_capacity(max * pivot.len());
     let mut dropped: Vec<u32> = Vec::new();
-    let cands: Vec<u32> = cands.into_iter().collect();
-    for (i, &c) in cands.iter().enumerate() {
-        if kept.len() >= max {
+    // Candidates are rows scattered over the key matrix: each is asked for a few steps before
+    // it is read.
+    let mut cands = cands.into_iter();
+    let mut ahead: std::collections::VecDeque<u32> = cands.by_ref().take(PREFETCH_AHEAD).collect();
+    for &c in &ahead {
+        prefetch(row(c));
+    }
+    while kept.len() < max {
+        let Some(c) = ahead.pop_front() else {
             break;
-        }
-        // Candidates are rows scattered over the key matrix: ask for one a few steps ahead.
-        if let Some(&ahead) = cands.get(i + PREFETCH_AHEAD) {
-            prefetch(row(ahead));
+        };
+        if let Some(next) = cands.next() {
+            prefetch(row(next));
+            ahead.push_back(next);
         }
         let rc = row(c);
         let vc = dot(pivot, rc);
