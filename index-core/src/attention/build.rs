@@ -16,8 +16,9 @@
 use super::auto_ef::calibrate;
 use super::far_check::{keep_better_lists, FarCheck};
 use super::params::{AttentionParams, EntryRule, Projection, TrainOn};
+use super::pool_knn::{self, PooledKnn};
 use super::train_lists::{far_rows, thin, unmask_rows};
-use super::{coarse, graph_knn, pool_knn};
+use super::{coarse, graph_knn};
 use super::{AttentionIndex, AutoEf};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
@@ -54,6 +55,8 @@ pub struct BuildStats {
     /// The `ef` calibration's figures when it ran ([`AttentionParams::auto_ef`]; in
     /// `total_s`).
     pub auto_ef: Option<AutoEf>,
+    /// The pooled kNN's figures when it ran ([`AttentionParams::knn_pool`]; in `knn_s`).
+    pub pooled_knn: Option<PooledKnn>,
     pub edges: usize,
     /// Name of the kNN backend used.
     pub knn_backend: String,
@@ -131,9 +134,13 @@ pub(super) fn build_once(
     };
     let queries = thin(queries, keys.dim(), params.queries_per_key, n);
     let row_visible = visible.clone();
+    let mut pooled_knn = None;
     let mut lists = match (params.knn_probe, params.knn_graph) {
         _ if params.knn_pool > 0 => {
-            pool_knn::pool_topk(&queries, &keys, kq, params.knn_pool, knn, cancel)?
+            let (lists, stats) =
+                pool_knn::pool_topk(&queries, &keys, kq, params.knn_pool, knn, cancel)?;
+            pooled_knn = stats;
+            lists
         }
         (0, 0) => knn.topk(
             &queries,
@@ -213,6 +220,7 @@ pub(super) fn build_once(
         unmasked_lists,
         far_check: None,
         auto_ef: None,
+        pooled_knn,
         edges: graph.edges(),
         knn_backend: knn.name(),
     };

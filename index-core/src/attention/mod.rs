@@ -34,6 +34,7 @@ pub use auto_ef::AutoEf;
 pub use build::BuildStats;
 pub use far_check::FarCheck;
 pub use params::{AttentionParams, Codes, EntryRule, Projection, TrainOn};
+pub use pool_knn::PooledKnn;
 
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};

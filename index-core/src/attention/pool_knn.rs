@@ -20,20 +20,45 @@
 use super::coarse::{gather, spherical_kmeans};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
-use crate::io::Buf;
 use crate::ivf::IvfParams;
 use crate::knn::{check_knn_args, KnnBackend, KnnOptions, KnnResult};
-use crate::store::{Dtype, KeyStore};
+use crate::store::KeyStore;
 use rayon::prelude::*;
+use std::time::Instant;
 
 /// The kNN stays exact while the pools would hold at least this share of the keys (`n ≤
 /// POOL_SHARE · P`): the pooled kNN then saves little and its clustering costs more.
 pub(super) const POOL_SHARE: usize = 4;
 
+/// What the pooled kNN did, and the wall time of each step in seconds.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct PooledKnn {
+    /// Non-empty clusters of training queries (one pool each).
+    pub clusters: usize,
+    /// Keys per pool.
+    pub pool: usize,
+    /// The clustering of the queries.
+    pub kmeans_s: f64,
+    /// The pools: each cluster mean's exact top keys.
+    pub pools_s: f64,
+    /// Each query's list from its pool.
+    pub lists_s: f64,
+}
+
+impl std::fmt::Display for PooledKnn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "pooled kNN ({} clusters, pools of {} keys: k-means {:.2} s, pools {:.2} s, lists {:.2} s)",
+            self.clusters, self.pool, self.kmeans_s, self.pools_s, self.lists_s
+        )
+    }
+}
+
 /// Each training query's best `k` keys among the exact top-`pool` keys of its cluster's mean
 /// query (clusters: spherical k-means of the queries into `round(4·√m)`), best first with exact
-/// scores; the exact kNN when `POOL_SHARE · pool ≥ n`. `queries` is row-major
-/// `m × keys.dim()`.
+/// scores, and what that took; the exact kNN (and `None`) when `POOL_SHARE · pool ≥ n`.
+/// `queries` is row-major `m × keys.dim()`.
 ///
 /// Errors: those of [`check_knn_args`] and of `knn`; `pool < k` ([`Error::InvalidParam`] named
 /// `knn_pool`); [`Error::Cancelled`] once `cancel` is set (checked per cluster).
@@ -44,7 +69,7 @@ pub(super) fn pool_topk(
     pool: usize,
     knn: &dyn KnnBackend,
     cancel: &Cancel,
-) -> Result<KnnResult> {
+) -> Result<(KnnResult, Option<PooledKnn>)> {
     let m = check_knn_args(queries, keys, k)?;
     if pool < k {
         return Err(Error::invalid_param(
@@ -61,10 +86,13 @@ pub(super) fn pool_topk(
         visible: None,
     };
     if POOL_SHARE.saturating_mul(pool) >= n || nlist < 2 {
-        return knn.topk(queries, keys, k, &options);
+        return Ok((knn.topk(queries, keys, k, &options)?, None));
     }
+    let t = Instant::now();
     let (_, labels) = spherical_kmeans(queries, d, nlist, knn, cancel)?;
     let clusters = Clusters::new(&labels, nlist);
+    let kmeans_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
     // Each cluster's pool query is the mean of its queries (not the unit centroid): the mean of
     // q · key over the cluster is exactly mean(q) · key, so the pool holds the keys the cluster
     // scores highest on average.
@@ -73,16 +101,8 @@ pub(super) fn pool_topk(
         .flat_map(|members| mean_row(queries, d, members))
         .collect();
     let pools = knn.topk(&means, keys, pool, &options)?;
-    // Each pool is read once per tile of its cluster's queries: convert the keys to f32 once
-    // (rows of a store that was checked when it was made, so no second finiteness scan).
-    let converted;
-    let keys = match keys.dtype() {
-        Dtype::F32 => keys,
-        _ => {
-            converted = KeyStore::from_buf_f32(Buf::Owned(keys.to_f32()), d)?;
-            &converted
-        }
-    };
+    let pools_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
     let lists: Vec<KnnResult> = clusters
         .iter()
         .enumerate()
@@ -107,7 +127,14 @@ pub(super) fn pool_topk(
             scores[row..row + got.len()].copy_from_slice(got_scores);
         }
     }
-    Ok(KnnResult { k, ids, scores })
+    let stats = PooledKnn {
+        clusters: clusters.len(),
+        pool,
+        kmeans_s,
+        pools_s,
+        lists_s: t.elapsed().as_secs_f64(),
+    };
+    Ok((KnnResult { k, ids, scores }, Some(stats)))
 }
 
 /// The rows of each non-empty cluster, in row order (CSR-packed).
@@ -133,6 +160,11 @@ impl Clusters {
         }
         offsets.dedup();
         Clusters { offsets, rows }
+    }
+
+    /// Number of non-empty clusters.
+    fn len(&self) -> usize {
+        self.offsets.len() - 1
     }
 
     /// The rows of each non-empty cluster.
@@ -176,7 +208,7 @@ mod tests {
         let c = Cancel::new();
         assert_eq!(
             pool_topk(q, &keys, 10, 200, &CpuKnn, &c).expect("pool"),
-            exact
+            (exact, None)
         );
         assert!(matches!(
             pool_topk(q, &keys, 10, 9, &CpuKnn, &c),
@@ -199,8 +231,15 @@ mod tests {
         let exact = CpuKnn
             .topk(q, &keys, k, &KnnOptions::default())
             .expect("exact");
-        let lists = pool_topk(q, &keys, k, n / 8, &CpuKnn, &Cancel::new()).expect("pooled");
+        let (lists, stats) =
+            pool_topk(q, &keys, k, n / 8, &CpuKnn, &Cancel::new()).expect("pooled");
         assert_eq!(lists.rows(), m);
+        let stats = stats.expect("pooled, not exact");
+        // round(4·√3000) = 219 clusters, less any left empty.
+        assert!(
+            stats.pool == n / 8 && (100..=219).contains(&stats.clusters),
+            "{stats:?}"
+        );
         let mut found = 0;
         for i in 0..m {
             let (row, scores) = (lists.row(i), lists.row_scores(i));

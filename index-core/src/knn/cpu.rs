@@ -91,8 +91,8 @@ impl KeyRows<'_> {
     }
 }
 
-/// The exact top-`k` of every query over `rows` (tiles of [`QUERY_TILE`] queries × [`KEY_TILE`]
-/// keys, rayon over query tiles); ids are positions in `rows`. The caller checked the queries
+/// The exact top-`k` of every query over `rows` (tiles of up to [`QUERY_TILE`] queries, twice
+/// that over gathered rows, × [`KEY_TILE`] keys, rayon over query tiles); ids are positions in `rows`. The caller checked the queries
 /// and `k`.
 fn topk_rows(
     queries: &[f32],
@@ -106,12 +106,19 @@ fn topk_rows(
     let n = rows.len(d);
     let mut ids = vec![KnnResult::PAD; m * k];
     let mut scores = vec![f32::NEG_INFINITY; m * k];
-    ids.par_chunks_mut(QUERY_TILE * k)
-        .zip(scores.par_chunks_mut(QUERY_TILE * k))
+    // Gathered rows are read once per query tile: up to twice the queries per tile there (a
+    // pooled kNN's cluster is one tile), in as many equal tiles as needed.
+    let most = match rows {
+        KeyRows::All(_) => QUERY_TILE,
+        KeyRows::Among { .. } => 2 * QUERY_TILE,
+    };
+    let qt = m.div_ceil(m.div_ceil(most).max(1)).max(1);
+    ids.par_chunks_mut(qt * k)
+        .zip(scores.par_chunks_mut(qt * k))
         .enumerate()
         .try_for_each_init(
             || {
-                let tile = vec![0.0f32; QUERY_TILE * KEY_TILE];
+                let tile = vec![0.0f32; qt * KEY_TILE];
                 (
                     tile,
                     Vec::<f32>::new(),
@@ -122,7 +129,7 @@ fn topk_rows(
             },
             |(tile, gathered, heaps, row_ids, row_scores), (t, (ids_out, scores_out))| {
                 options.cancel.check("exact top-k")?;
-                let q0 = t * QUERY_TILE;
+                let q0 = t * qt;
                 let qb = ids_out.len() / k;
                 let q = &queries[q0 * d..(q0 + qb) * d];
                 heaps.resize_with(qb, TopK::default);

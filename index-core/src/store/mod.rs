@@ -21,6 +21,7 @@ use crate::error::{check_finite, Error, Result};
 use crate::io::Buf;
 use crate::metric::affine::Affine;
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 mod scorer;
 pub use scorer::{QueryScorer, Scorer};
@@ -411,11 +412,8 @@ impl KeyStore {
     pub fn row_into(&self, id: u32, out: &mut [f32]) {
         let s = id as usize * self.dim;
         match self.rows() {
-            KeysRef::F16(v) => {
-                for (o, x) in out.iter_mut().zip(&v[s..s + self.dim]) {
-                    *o = x.to_f32();
-                }
-            }
+            // The slice conversion runs F16C eight values at a time where the CPU has it.
+            KeysRef::F16(v) => v[s..s + self.dim].convert_to_f32_slice(out),
             KeysRef::F32(v) => out.copy_from_slice(&v[s..s + self.dim]),
             KeysRef::I8 {
                 codes,
@@ -428,7 +426,11 @@ impl KeyStore {
     /// All keys converted to f32, row-major (int8: decoded, [`Affine::decode`]).
     pub fn to_f32(&self) -> Vec<f32> {
         match self.rows() {
-            KeysRef::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
+            KeysRef::F16(v) => {
+                let mut out = vec![0.0f32; v.len()];
+                v.convert_to_f32_slice(&mut out);
+                out
+            }
             KeysRef::F32(v) => v.to_vec(),
             KeysRef::I8 {
                 codes,
