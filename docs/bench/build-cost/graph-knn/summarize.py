@@ -6,9 +6,11 @@ At 8,192 training queries the graph kNN is the exact kNN (its floor): that row s
 """
 import glob
 import json
-import math
 import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from growth import exponent  # noqa: E402
 
 
 def min_scanned(rows, target):
@@ -40,13 +42,7 @@ def main(dirs):
         pts = sorted((n, b["total"]) for (v, n), (b, _) in table.items() if v == name)
         if len(pts) < 2:
             continue
-        xs = [math.log(n) for n, _ in pts]
-        ys = [math.log(t) for _, t in pts]
-        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-        steps = ", ".join(
-            f"{a[0] // 1024}K→{b[0] // 1024}K {math.log(b[1] / a[1]) / math.log(b[0] / a[0]):.2f}"
-            for a, b in zip(pts, pts[1:]))
+        slope, steps = exponent(pts)
         print(f"- {name}: growth exponent {slope:.2f} ({pts[0][0]:,}–{pts[-1][0]:,}; steps {steps})")
 
 
