@@ -10,7 +10,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from growth import exponent  # noqa: E402
+from growth import print_summary  # noqa: E402
 
 
 def min_scanned(rows, target):
@@ -30,20 +30,7 @@ def main(dirs):
             table[(name or "today", n)] = (rows[0]["build_s"], rows)
     if ("knn-graph=128", 8192) not in table and ("today", 8192) in table:
         table[("knn-graph=128", 8192)] = table[("today", 8192)]
-    print("| builder | n | build s (knn + projection) | scanned @0.95 | scanned @0.99 | best recall |")
-    print("|---|---|---|---|---|---|")
-    for (name, n), (b, rows) in sorted(table.items()):
-        fmt = lambda x: "not reached" if x is None else f"{x:.4f}"
-        print(f"| {name} | {n:,} | {b['total']:.2f} ({b['knn']:.2f} + {b['projection']:.2f}) | "
-              f"{fmt(min_scanned(rows, 0.95))} | {fmt(min_scanned(rows, 0.99))} | "
-              f"{max(r['recall'] for r in rows):.4f} |")
-    print()
-    for name in sorted({k[0] for k in table}):
-        pts = sorted((n, b["total"]) for (v, n), (b, _) in table.items() if v == name)
-        if len(pts) < 2:
-            continue
-        slope, steps = exponent(pts)
-        print(f"- {name}: growth exponent {slope:.2f} ({pts[0][0]:,}–{pts[-1][0]:,}; steps {steps})")
+    print_summary(table, min_scanned)
 
 
 if __name__ == "__main__":
