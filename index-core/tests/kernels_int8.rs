@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use qkindex::metric::affine::Affine;
-use qkindex::metric::int8::{quantize_row, I8Kernels, QuantQuery};
+use qkindex::metric::int8::{quantize_row, I8Kernels, QuantQuery, GROUP};
 use qkindex::metric::scalar::dot_f64;
 use qkindex::{Dtype, KeyStore};
 
@@ -219,4 +219,89 @@ fn push_codes_each_key_and_gather_keeps_codes() {
     assert_eq!(g.to_f32()[3..], s.to_f32()[..3]);
     assert_eq!("i8".parse::<Dtype>().expect("parses"), Dtype::I8);
     assert_eq!(Dtype::I8.numpy_name(), "int8");
+}
+
+/// `rows` (`GROUP` rows of `d` codes) interleaved as [`qkindex::metric::int8::group_q8`] reads
+/// them: `quads` lines of 64 bytes, then (for `scan_q8`) a line of scales and a line of ids.
+fn interleave(rows: &[Vec<i8>], scales: &[f32], quads: usize) -> Vec<u8> {
+    let mut g = vec![0x80u8; (quads + 2) * 4 * GROUP];
+    for (s, row) in rows.iter().enumerate() {
+        for (i, &c) in row.iter().enumerate() {
+            g[64 * (i / 4) + 4 * s + i % 4] = (c as u8) ^ 0x80;
+        }
+        g[64 * quads + 4 * s..64 * quads + 4 * s + 4].copy_from_slice(&scales[s].to_le_bytes());
+    }
+    g
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Every set's group kernel equals the scalar row-by-row integer dot products bit for bit
+    /// (rows past the ones given hold code 0), and the fused scan equals their estimates
+    /// within the rounding of one fused multiply-add.
+    #[test]
+    fn group_and_scan_kernels_match_row_dots(
+        d in 1usize..=300,
+        rows in 1usize..=GROUP,
+        groups in 1usize..=3,
+        seed in 0u64..1000,
+    ) {
+        let quads = d.div_ceil(4);
+        let mut rng = qkindex::synth::Rng::new(seed);
+        let mut code = || (rng.normal() * 70.0).clamp(-127.0, 127.0) as i8;
+        let q: Vec<i8> = (0..4 * quads).map(|i| if i < d { code() } else { 0 }).collect();
+        let mut all = Vec::new();
+        let mut want = Vec::new();
+        let mut qq = QuantQuery::default();
+        let qf: Vec<f32> = q[..d].iter().map(|&c| f32::from(c) * 0.01).collect();
+        qq.set(&qf);
+        qq.codes.resize(4 * quads, 0);
+        qq.bias = 0.25;
+        for g in 0..groups {
+            let codes: Vec<Vec<i8>> = (0..rows).map(|_| (0..d).map(|_| code()).collect()).collect();
+            let scales: Vec<f32> = (0..GROUP).map(|s| 0.5 + (s + g) as f32 * 0.125).collect();
+            let bytes = interleave(&codes, &scales, quads);
+            for k in I8Kernels::available() {
+                let mut out = [i32::MIN; GROUP];
+                (k.group_q8)(&q, &bytes[..64 * quads], &mut out);
+                for (s, &got) in out.iter().enumerate() {
+                    let exact = codes.get(s).map_or(0, |row| qkindex::metric::int8::dot_q8(&q[..d], row));
+                    prop_assert_eq!(got, exact, "{} group_q8 d {} row {}", k.isa, d, s);
+                }
+            }
+            for (s, &scale) in scales.iter().enumerate() {
+                let dot = codes.get(s).map_or(0, |row| qkindex::metric::int8::dot_q8(&qq.codes[..d], row));
+                want.push(qq.estimate(dot, scale));
+            }
+            all.extend(bytes);
+        }
+        for k in I8Kernels::available() {
+            let mut est = vec![f32::NAN; groups * GROUP];
+            (k.scan_q8)(&qq, &all, quads, &mut est);
+            for (i, (&e, &w)) in est.iter().zip(&want).enumerate() {
+                prop_assert!((e - w).abs() <= 1e-5 * (w.abs() + (w - qq.bias).abs()).max(1.0), "{} scan_q8 #{}: {} vs {}", k.isa, i, e, w);
+            }
+        }
+    }
+}
+
+#[test]
+fn group_kernel_extremes_do_not_overflow() {
+    for d in [64usize, 256, 512] {
+        let quads = d.div_ceil(4);
+        let q = vec![-127i8; 4 * quads];
+        let rows: Vec<Vec<i8>> = (0..GROUP)
+            .map(|s| vec![if s % 2 == 0 { -127 } else { 127 }; d])
+            .collect();
+        let bytes = interleave(&rows, &[1.0; GROUP], quads);
+        for k in I8Kernels::available() {
+            let mut out = [0i32; GROUP];
+            (k.group_q8)(&q, &bytes[..64 * quads], &mut out);
+            for (s, &o) in out.iter().enumerate() {
+                let sign = if s % 2 == 0 { 1 } else { -1 };
+                assert_eq!(o, sign * 127 * 127 * d as i32, "{} d {d}", k.isa);
+            }
+        }
+    }
 }

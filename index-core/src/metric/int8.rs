@@ -9,6 +9,7 @@
 //! | [`I8Kernels::range`] | the same for consecutive rows |
 //! | [`I8Kernels::dot_q8`] | `Σ q8_i · c_i` in i32 for an int8 query and one int8 row |
 //! | [`I8Kernels::gather_q8`] | the code estimates of a list of ids ([`QuantQuery`]) |
+//! | [`I8Kernels::group_q8`] | the integer dot products of [`GROUP`] interleaved rows (inline codes) |
 //!
 //! The scalar functions here are the reference of the property tests; `x86_int8.rs` holds the
 //! AVX2 and AVX-512 versions (the integer kernels use AVX-512 VNNI or AVX-VNNI where present).
@@ -27,6 +28,18 @@ pub type RangeI8 = fn(&[f32], &[i8], &[f32], usize, &mut [f32]);
 pub type DotQ8 = fn(&[i8], &[i8]) -> i32;
 /// `out[i] = query.estimate(codes[ids[i]], scales[ids[i]])` ([`QuantQuery`]).
 pub type GatherQ8 = fn(&QuantQuery, &[i8], &[f32], usize, &[u32], &mut [f32]);
+/// `out[s] = Σ_i q_i · code(s, i)` for the [`GROUP`] rows of one interleaved group
+/// ([`group_q8`] documents the layout); `q` has a multiple of 4 values, the group `GROUP · q.len()`
+/// bytes. Exact in i32.
+pub type GroupQ8 = fn(&[i8], &[u8], &mut [i32; GROUP]);
+/// The estimates of consecutive groups of `quads + 2` lines each (codes, scales, ids, as
+/// [`group_q8`] and the graph's inline blocks lay them out): `out[16·g + s] =
+/// query.estimate(Σ_i query.codes_i · code(g, s, i), scale(g, s))` for every group `g` of
+/// `groups` (whole groups; `out` holds `16 ·` their count).
+pub type ScanQ8 = fn(&QuantQuery, &[u8], usize, &mut [f32]);
+
+/// Rows per interleaved group of [`I8Kernels::group_q8`] (one AVX-512 register of i32 sums).
+pub const GROUP: usize = 16;
 
 /// One consistent set of int8 kernels for the running CPU.
 #[derive(Clone, Copy, Debug)]
@@ -39,6 +52,8 @@ pub struct I8Kernels {
     pub range: RangeI8,
     pub dot_q8: DotQ8,
     pub gather_q8: GatherQ8,
+    pub group_q8: GroupQ8,
+    pub scan_q8: ScanQ8,
 }
 
 impl I8Kernels {
@@ -51,6 +66,8 @@ impl I8Kernels {
             range: range_i8,
             dot_q8,
             gather_q8,
+            group_q8,
+            scan_q8,
         }
     }
 
@@ -209,6 +226,47 @@ pub fn gather_q8(
             dot_q8(&query.codes, &codes[s..s + dim]),
             scales[id as usize],
         );
+    }
+}
+
+/// The reference of [`I8Kernels::group_q8`]. A group holds the codes of [`GROUP`] rows
+/// interleaved by 4 dimensions, the layout of `vpdpbusd`: byte `64·j + 4·s + b` (for
+/// `GROUP = 16`) is dimension `4·j + b` of row `s`, stored flipped (`code ^ 0x80`, so `0x80` is
+/// code 0). `q` has `4·j` values (dimensions padded with zeros to a multiple of 4).
+pub fn group_q8(q: &[i8], group: &[u8], out: &mut [i32; GROUP]) {
+    out.fill(0);
+    for (quad, block) in q.chunks_exact(4).zip(group.chunks_exact(4 * GROUP)) {
+        for (o, row) in out.iter_mut().zip(block.chunks_exact(4)) {
+            for (&c, &x) in row.iter().zip(quad) {
+                *o += i32::from((c ^ 0x80) as i8) * i32::from(x);
+            }
+        }
+    }
+}
+
+/// The reference of [`I8Kernels::scan_q8`]: [`group_q8`] per group, then the estimates.
+pub fn scan_q8(query: &QuantQuery, groups: &[u8], quads: usize, out: &mut [f32]) {
+    scan_groups_with(group_q8, query, groups, quads, out)
+}
+
+/// [`scan_q8`] over any [`GroupQ8`] kernel (the sets without a fused scan use it).
+#[inline(always)]
+pub fn scan_groups_with(
+    group_q8: GroupQ8,
+    query: &QuantQuery,
+    groups: &[u8],
+    quads: usize,
+    out: &mut [f32],
+) {
+    let bytes = (quads + 2) * 4 * GROUP;
+    let mut dots = [0i32; GROUP];
+    for (group, est) in groups.chunks_exact(bytes).zip(out.chunks_exact_mut(GROUP)) {
+        let (codes, rest) = group.split_at(quads * 4 * GROUP);
+        group_q8(&query.codes, codes, &mut dots);
+        for ((e, &dot), scale) in est.iter_mut().zip(&dots).zip(rest.chunks_exact(4)) {
+            let scale = f32::from_le_bytes([scale[0], scale[1], scale[2], scale[3]]);
+            *e = query.estimate(dot, scale);
+        }
     }
 }
 

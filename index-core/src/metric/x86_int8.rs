@@ -7,13 +7,13 @@
 //! [`QuantQuery::sum`] removes the second term. Every set is handed out by [`available`] only
 //! after `is_x86_feature_detected!` confirmed its features.
 
-use super::int8::{I8Kernels, QuantQuery};
+use super::int8::{scan_groups_with, I8Kernels, QuantQuery, GROUP};
 use std::arch::x86_64::*;
 
 /// An [`I8Kernels`] of the named functions. The closures call `#[target_feature]` functions, so
 /// it may only be used after detecting their features (each use says which were detected).
 macro_rules! kernel_set {
-    ($isa:literal, $dot:ident, $gather:ident, $range:ident, $dot_q8:ident, $gather_q8:ident) => {
+    ($isa:literal, $dot:ident, $gather:ident, $range:ident, $dot_q8:ident, $gather_q8:ident, $group_q8:ident, $scan_q8:ident) => {
         I8Kernels {
             isa: $isa,
             // SAFETY: the macro is used only after detecting the functions' features.
@@ -26,6 +26,10 @@ macro_rules! kernel_set {
             dot_q8: |a, b| unsafe { $dot_q8(a, b) },
             // SAFETY: the macro is used only after detecting the functions' features.
             gather_q8: |q, c, s, d, ids, o| unsafe { $gather_q8(q, c, s, d, ids, o) },
+            // SAFETY: the macro is used only after detecting the functions' features.
+            group_q8: |q, g, o| unsafe { $group_q8(q, g, o) },
+            // SAFETY: the macro is used only after detecting the functions' features.
+            scan_q8: |q, g, quads, o| unsafe { $scan_q8(q, g, quads, o) },
         }
     };
 }
@@ -44,7 +48,9 @@ pub(super) fn available() -> Vec<I8Kernels> {
             gather_i8_avx512,
             range_i8_avx512,
             dot_q8_vnni512,
-            gather_q8_vnni512
+            gather_q8_vnni512,
+            group_q8_vnni512,
+            scan_q8_vnni512
         ));
     }
     if avx512 {
@@ -55,7 +61,9 @@ pub(super) fn available() -> Vec<I8Kernels> {
             gather_i8_avx512,
             range_i8_avx512,
             dot_q8_avx2,
-            gather_q8_avx2
+            gather_q8_avx2,
+            group_q8_avx2,
+            scan_q8_avx2
         ));
     }
     if avx2 && is_x86_feature_detected!("avxvnni") {
@@ -66,7 +74,9 @@ pub(super) fn available() -> Vec<I8Kernels> {
             gather_i8_avx2,
             range_i8_avx2,
             dot_q8_vnni256,
-            gather_q8_vnni256
+            gather_q8_vnni256,
+            group_q8_vnni256,
+            scan_q8_vnni256
         ));
     }
     if avx2 {
@@ -77,7 +87,9 @@ pub(super) fn available() -> Vec<I8Kernels> {
             gather_i8_avx2,
             range_i8_avx2,
             dot_q8_avx2,
-            gather_q8_avx2
+            gather_q8_avx2,
+            group_q8_avx2,
+            scan_q8_avx2
         ));
     }
     out
@@ -345,6 +357,170 @@ unsafe fn gather_q8_avx2(
         // SAFETY: same target features as this function.
         let dot = unsafe { dot_q8_avx2(&query.codes, &codes[s..s + dim]) };
         *o = query.estimate(dot, scales[id as usize]);
+    }
+}
+
+// ---------------------------------------------------------------- interleaved groups (inline codes)
+
+/// [`super::int8::group_q8`] with AVX-512 VNNI: one `vpdpbusd` adds 4 dimensions of all 16 rows
+/// (the group's codes are the unsigned operand, flipped; the query's 4 bytes are broadcast), in
+/// two accumulators; the `128 Σ q` the flip adds is subtracted at the end.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
+unsafe fn group_q8_vnni512(q: &[i8], group: &[u8], out: &mut [i32; GROUP]) {
+    let quads = (q.len() / 4).min(group.len() / (4 * GROUP));
+    let (pq, pg) = (q.as_ptr(), group.as_ptr());
+    let (mut acc0, mut acc1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    let mut sum = 0i32;
+    let mut j = 0;
+    // SAFETY: quad j reads q[4j..4j+4] and group[64j..64j+64], inside both slices for j < quads.
+    unsafe {
+        while j + 2 <= quads {
+            let x0 = std::ptr::read_unaligned(pq.add(4 * j).cast::<i32>());
+            let x1 = std::ptr::read_unaligned(pq.add(4 * j + 4).cast::<i32>());
+            let g0 = _mm512_loadu_si512(pg.add(64 * j).cast());
+            let g1 = _mm512_loadu_si512(pg.add(64 * j + 64).cast());
+            acc0 = _mm512_dpbusd_epi32(acc0, g0, _mm512_set1_epi32(x0));
+            acc1 = _mm512_dpbusd_epi32(acc1, g1, _mm512_set1_epi32(x1));
+            j += 2;
+        }
+        if j < quads {
+            let x0 = std::ptr::read_unaligned(pq.add(4 * j).cast::<i32>());
+            let g0 = _mm512_loadu_si512(pg.add(64 * j).cast());
+            acc0 = _mm512_dpbusd_epi32(acc0, g0, _mm512_set1_epi32(x0));
+        }
+        for &x in &q[..4 * quads] {
+            sum += i32::from(x);
+        }
+        let acc = _mm512_sub_epi32(_mm512_add_epi32(acc0, acc1), _mm512_set1_epi32(128 * sum));
+        _mm512_storeu_si512(out.as_mut_ptr().cast(), acc);
+    }
+}
+
+/// [`super::int8::scan_q8`] with AVX-512 VNNI: four accumulators per group (the `vpdpbusd`
+/// chains overlap), then the estimates of all 16 rows in one register.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
+unsafe fn scan_q8_vnni512(query: &QuantQuery, groups: &[u8], quads: usize, out: &mut [f32]) {
+    let bytes = (quads + 2) * 64;
+    let count = (groups.len() / bytes).min(out.len() / GROUP);
+    let q = &query.codes[..(4 * quads).min(query.codes.len())];
+    let quads = q.len() / 4;
+    let sum: i32 = q.iter().map(|&x| i32::from(x)).sum();
+    let pq = q.as_ptr();
+    let bias = _mm512_set1_epi32(128 * sum);
+    let qscale = _mm512_set1_ps(query.scale);
+    let qbias = _mm512_set1_ps(query.bias);
+    // SAFETY: group g spans groups[g·bytes..(g+1)·bytes] (g < count ≤ groups.len() / bytes):
+    // its codes are the first `quads` lines and its scales the next; quad j reads q[4j..4j+4]
+    // (j < quads = q.len() / 4); the store writes out[16g..16g+16] (g < out.len() / 16).
+    unsafe {
+        for g in 0..count {
+            let pg = groups.as_ptr().add(g * bytes);
+            let mut acc = [_mm512_setzero_si512(); 4];
+            let mut j = 0;
+            while j + 4 <= quads {
+                for (a, acc) in acc.iter_mut().enumerate() {
+                    let x = std::ptr::read_unaligned(pq.add(4 * (j + a)).cast::<i32>());
+                    let c = _mm512_loadu_si512(pg.add(64 * (j + a)).cast());
+                    *acc = _mm512_dpbusd_epi32(*acc, c, _mm512_set1_epi32(x));
+                }
+                j += 4;
+            }
+            while j < quads {
+                let x = std::ptr::read_unaligned(pq.add(4 * j).cast::<i32>());
+                let c = _mm512_loadu_si512(pg.add(64 * j).cast());
+                acc[0] = _mm512_dpbusd_epi32(acc[0], c, _mm512_set1_epi32(x));
+                j += 1;
+            }
+            let dots = _mm512_sub_epi32(
+                _mm512_add_epi32(
+                    _mm512_add_epi32(acc[0], acc[1]),
+                    _mm512_add_epi32(acc[2], acc[3]),
+                ),
+                bias,
+            );
+            let scales = _mm512_loadu_ps(pg.add(64 * quads).cast());
+            let est = _mm512_fmadd_ps(
+                _mm512_mul_ps(qscale, scales),
+                _mm512_cvtepi32_ps(dots),
+                qbias,
+            );
+            _mm512_storeu_ps(out.as_mut_ptr().add(GROUP * g), est);
+        }
+    }
+}
+
+/// [`super::int8::scan_q8`] with AVX-VNNI (per-group kernel, then the estimates).
+#[target_feature(enable = "avx2,fma,avxvnni")]
+unsafe fn scan_q8_vnni256(query: &QuantQuery, groups: &[u8], quads: usize, out: &mut [f32]) {
+    // SAFETY: same target features as this function.
+    scan_groups_with(
+        |q, g, o| unsafe { group_q8_vnni256(q, g, o) },
+        query,
+        groups,
+        quads,
+        out,
+    )
+}
+
+/// [`super::int8::scan_q8`] with AVX2 (per-group kernel, then the estimates).
+#[target_feature(enable = "avx2,fma")]
+unsafe fn scan_q8_avx2(query: &QuantQuery, groups: &[u8], quads: usize, out: &mut [f32]) {
+    // SAFETY: same target features as this function.
+    scan_groups_with(
+        |q, g, o| unsafe { group_q8_avx2(q, g, o) },
+        query,
+        groups,
+        quads,
+        out,
+    )
+}
+
+/// [`super::int8::group_q8`] with AVX-VNNI: rows 0–7 and 8–15 of each quad in two 256-bit halves.
+#[target_feature(enable = "avx2,fma,avxvnni")]
+unsafe fn group_q8_vnni256(q: &[i8], group: &[u8], out: &mut [i32; GROUP]) {
+    let quads = (q.len() / 4).min(group.len() / (4 * GROUP));
+    let (pq, pg) = (q.as_ptr(), group.as_ptr());
+    let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+    // SAFETY: quad j reads q[4j..4j+4] and group[64j..64j+64], inside both slices for j < quads.
+    unsafe {
+        for j in 0..quads {
+            let x = _mm256_set1_epi32(std::ptr::read_unaligned(pq.add(4 * j).cast::<i32>()));
+            let g0 = _mm256_loadu_si256(pg.add(64 * j).cast());
+            let g1 = _mm256_loadu_si256(pg.add(64 * j + 32).cast());
+            lo = _mm256_dpbusd_avx_epi32(lo, g0, x);
+            hi = _mm256_dpbusd_avx_epi32(hi, g1, x);
+        }
+        let sum: i32 = q[..4 * quads].iter().map(|&x| i32::from(x)).sum();
+        let bias = _mm256_set1_epi32(128 * sum);
+        _mm256_storeu_si256(out.as_mut_ptr().cast(), _mm256_sub_epi32(lo, bias));
+        _mm256_storeu_si256(out.as_mut_ptr().add(8).cast(), _mm256_sub_epi32(hi, bias));
+    }
+}
+
+/// [`super::int8::group_q8`] with AVX2: the codes are flipped back to signed, and
+/// `vpmaddubsw(|c|, sign(q, c))` multiplies pairs without saturating (|c|, |q| ≤ 127 after the
+/// flip of a code in `-127..=127`; the byte `0x00`, code −128, is never written), then
+/// `vpmaddwd` with ones sums each row's 4 products.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn group_q8_avx2(q: &[i8], group: &[u8], out: &mut [i32; GROUP]) {
+    let quads = (q.len() / 4).min(group.len() / (4 * GROUP));
+    let (pq, pg) = (q.as_ptr(), group.as_ptr());
+    let flip = _mm256_set1_epi8(-128);
+    let ones = _mm256_set1_epi16(1);
+    let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+    // SAFETY: quad j reads q[4j..4j+4] and group[64j..64j+64], inside both slices for j < quads.
+    unsafe {
+        for j in 0..quads {
+            let x = _mm256_set1_epi32(std::ptr::read_unaligned(pq.add(4 * j).cast::<i32>()));
+            let c0 = _mm256_xor_si256(_mm256_loadu_si256(pg.add(64 * j).cast()), flip);
+            let c1 = _mm256_xor_si256(_mm256_loadu_si256(pg.add(64 * j + 32).cast()), flip);
+            let p0 = _mm256_maddubs_epi16(_mm256_abs_epi8(c0), _mm256_sign_epi8(x, c0));
+            let p1 = _mm256_maddubs_epi16(_mm256_abs_epi8(c1), _mm256_sign_epi8(x, c1));
+            lo = _mm256_add_epi32(lo, _mm256_madd_epi16(p0, ones));
+            hi = _mm256_add_epi32(hi, _mm256_madd_epi16(p1, ones));
+        }
+        _mm256_storeu_si256(out.as_mut_ptr().cast(), lo);
+        _mm256_storeu_si256(out.as_mut_ptr().add(8).cast(), hi);
     }
 }
 
