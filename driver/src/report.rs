@@ -411,7 +411,9 @@ fn median_table(report: &BenchReport, k: usize, target: f64) -> Vec<String> {
         report
             .rows
             .iter()
-            .filter(|r| r.index == "flat" && r.implementation == imp && r.k == k)
+            .filter(|r| {
+                r.index == "flat" && r.variant.is_empty() && r.implementation == imp && r.k == k
+            })
             .map(|r| ((r.layer, r.head, r.queries.clone()), r.qps))
             .collect()
     };

@@ -65,7 +65,7 @@ pub mod vamana;
 pub use attention::{AttentionIndex, AttentionParams};
 pub use cancel::Cancel;
 pub use error::{Error, Result};
-pub use flat::FlatIndex;
+pub use flat::{FlatIndex, FlatParams};
 pub use hnsw::{HnswIndex, HnswParams};
 pub use ivf::{IvfIndex, IvfParams};
 pub use knn::{CpuKnn, KnnBackend, KnnOptions, KnnResult};

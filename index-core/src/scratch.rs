@@ -151,7 +151,9 @@ impl VisitedSet {
 /// vectorised comparison ([`TopK::push_block`]).
 #[derive(Clone, Debug, Default)]
 pub struct TopK {
-    buf: Vec<Scored>,
+    /// Items packed as [`TopK::pack`]: their integer order is [`Scored`]'s order, so selection
+    /// and sorting compare integers.
+    buf: Vec<u64>,
     k: usize,
     threshold: f32,
 }
@@ -176,7 +178,7 @@ impl TopK {
     pub fn push(&mut self, score: f32, id: u32) {
         if score > self.threshold || self.k > self.buf.len() && self.threshold == f32::NEG_INFINITY
         {
-            self.buf.push(Scored { score, id });
+            self.buf.push(Self::pack(score, id));
             if self.buf.len() >= 4 * self.k.max(4) {
                 self.compact();
             }
@@ -202,14 +204,26 @@ impl TopK {
             while mask != 0 {
                 let i = mask.trailing_zeros() as usize;
                 mask &= mask - 1;
-                self.buf.push(Scored {
-                    score: block[i],
-                    id: first + i as u32,
-                });
+                self.buf.push(Self::pack(block[i], first + i as u32));
             }
             if self.buf.len() >= cap {
                 self.compact();
             }
+        }
+    }
+
+    /// `score` in the high half as an order-preserving integer (its total order), `!id` in the
+    /// low half: a higher score is a larger key, and for equal scores the lower id is.
+    #[inline(always)]
+    fn pack(score: f32, id: u32) -> u64 {
+        (u64::from(order_key(score)) << 32) | u64::from(!id)
+    }
+
+    #[inline(always)]
+    fn unpack(x: u64) -> Scored {
+        Scored {
+            score: from_order_key((x >> 32) as u32),
+            id: !(x as u32),
         }
     }
 
@@ -223,8 +237,8 @@ impl TopK {
             self.threshold = self
                 .buf
                 .iter()
-                .map(|x| x.score)
-                .fold(f32::INFINITY, f32::min);
+                .min()
+                .map_or(f32::INFINITY, |&x| Self::unpack(x).score);
         }
     }
 
@@ -233,7 +247,7 @@ impl TopK {
     pub fn drain_sorted(&mut self, ids: &mut Vec<u32>, scores: &mut Vec<f32>) {
         self.compact();
         self.buf.sort_unstable_by(|a, b| b.cmp(a));
-        for s in self.buf.drain(..).take(self.k) {
+        for s in self.buf.drain(..).take(self.k).map(Self::unpack) {
             ids.push(s.id);
             scores.push(s.score);
         }
@@ -257,7 +271,7 @@ pub struct BeamList {
 
 /// Maps an f32 to a `u32` whose unsigned order is the float's total order.
 #[inline(always)]
-fn order_key(score: f32) -> u32 {
+pub(crate) fn order_key(score: f32) -> u32 {
     let b = score.to_bits();
     if b & 0x8000_0000 != 0 {
         !b
@@ -268,7 +282,7 @@ fn order_key(score: f32) -> u32 {
 
 /// Inverse of [`order_key`].
 #[inline(always)]
-fn from_order_key(k: u32) -> f32 {
+pub(crate) fn from_order_key(k: u32) -> f32 {
     f32::from_bits(if k & 0x8000_0000 != 0 {
         k & 0x7fff_ffff
     } else {
@@ -332,6 +346,15 @@ impl BeamList {
         true
     }
 
+    /// The score an item must beat to enter: the worst held once the list is full, else −∞.
+    #[inline(always)]
+    pub fn floor(&self) -> f32 {
+        match self.items.last() {
+            Some(&last) if self.items.len() >= self.cap => Self::unpack(last).score,
+            _ => f32::NEG_INFINITY,
+        }
+    }
+
     /// The best unexpanded item, marked expanded; `None` when every item is expanded.
     #[inline(always)]
     pub fn next_unexpanded(&mut self) -> Option<Scored> {
@@ -391,6 +414,13 @@ pub struct Scratch {
     pub(crate) quant: crate::metric::int8::QuantQuery,
     /// The query transformed for an int8 store ([`crate::store::Scorer::bind`]).
     pub(crate) query: Vec<f32>,
+    /// Every key's code estimate, a sample of them, and the candidates above a threshold
+    /// ([`crate::flat::ScanCodes`]).
+    pub(crate) estimates: Vec<f32>,
+    pub(crate) sample: Vec<u32>,
+    pub(crate) picked: Vec<u64>,
+    /// The list positions of `estimates` ([`crate::ivf::ListCodes`]).
+    pub(crate) positions: Vec<u32>,
 }
 
 impl Scratch {

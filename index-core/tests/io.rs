@@ -128,6 +128,30 @@ fn round_trip_every_kind_gives_identical_results() {
         }
         io::verify(&path).expect("verify");
     }
+    // Scans and walks on codes: the codes are derived again at load, from the params in the
+    // file, and give the same results.
+    let data = ood(N, M, DIM, 5);
+    let keys = f.flat_f16.keys().clone();
+    let specs = [
+        "flat:codes=i8",
+        "flat:codes=i8,rerank=40",
+        "ivf:codes=i8",
+        "attention:codes=i8-inline",
+    ];
+    for spec in specs {
+        let built = spec
+            .parse::<qkindex::IndexSpec>()
+            .expect("spec")
+            .build(keys.clone(), &data.train_queries, &CpuKnn)
+            .expect("build");
+        let path = dir.join(format!("{spec}.qki").replace([':', ',', '='], "-"));
+        built.save(&path).expect("save");
+        let before = search_all(&built, &f.queries);
+        assert!(before.iter().all(|o| o.stats.code_estimates > 0), "{spec}");
+        let loaded = io::load(&path, &LoadOptions::default()).expect("load");
+        assert_eq!(search_all(&loaded, &f.queries), before, "{spec}");
+        assert_eq!(loaded.memory_bytes(), built.memory_bytes(), "{spec}");
+    }
     let loaded = io::load(dir.join("attention-f16.qki"), &LoadOptions::default()).expect("load");
     let a = loaded.as_attention().expect("attention");
     assert_eq!(

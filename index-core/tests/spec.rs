@@ -2,12 +2,12 @@
 //! canonical form round-trips, errors name the bad key, and every preset builds its kind.
 
 use proptest::prelude::*;
-use qkindex::attention::{EntryRule, Projection, Prune, TrainOn};
+use qkindex::attention::{Codes, EntryRule, Projection, Prune, TrainOn};
 use qkindex::ivf::Assignment;
 use qkindex::synth::ood;
 use qkindex::{
-    AnnIndex, AttentionParams, CpuKnn, Error, HnswParams, IndexKind, IndexSpec, IvfParams,
-    KeyStore, VamanaParams,
+    AnnIndex, AttentionParams, CpuKnn, Error, FlatParams, HnswParams, IndexKind, IndexSpec,
+    IvfParams, KeyStore, VamanaParams,
 };
 use std::sync::Arc;
 
@@ -273,7 +273,33 @@ fn errors_name_the_bad_key_and_list_the_valid_ones() {
     assert_eq!(parse_err("roargraph-recipe:window=4").0, "window");
     let (name, _, reason) = parse_err("flat:m=1");
     assert_eq!(name, "key");
-    assert!(reason.contains("no parameters"), "{reason}");
+    assert!(
+        reason.contains("codes") && reason.contains("rerank"),
+        "{reason}"
+    );
+    // Scans on codes: no adjacency to inline codes into, and no re-rank without codes.
+    for bad in [
+        "flat:codes=i8-inline",
+        "ivf:codes=i8-inline",
+        "flat:codes=i4",
+    ] {
+        assert_eq!(parse_err(bad).0, "codes", "{bad}");
+    }
+    for bad in ["flat:rerank=200", "ivf:rerank=200"] {
+        assert_eq!(parse_err(bad).0, "rerank", "{bad}");
+    }
+    assert_eq!(
+        parse("flat:codes=i8,rerank=150"),
+        IndexSpec::Flat(FlatParams {
+            codes: Codes::I8,
+            rerank: 150
+        })
+    );
+    assert_eq!(parse("ivf:codes=i8").to_string(), "ivf:codes=i8");
+    assert_eq!(
+        parse("attention:codes=i8-inline").to_string(),
+        "attention:codes=i8-inline"
+    );
     assert_eq!(parse_err("hnsw:m=1").0, "m");
     assert_eq!(parse_err("ivf:nlist=0").0, "nlist");
     assert_eq!(parse_err("vamana:alpha=0.5").0, "alpha");
@@ -438,7 +464,11 @@ fn attention_params() -> impl Strategy<Value = AttentionParams> {
 fn spec_strategy() -> impl Strategy<Value = IndexSpec> {
     prop_oneof![
         attention_params().prop_map(IndexSpec::Attention),
-        Just(IndexSpec::Flat),
+        Just(IndexSpec::Flat(FlatParams::default())),
+        Just(IndexSpec::Flat(FlatParams {
+            codes: Codes::I8,
+            rerank: 150
+        })),
         (
             2usize..64,
             1usize..400,
@@ -465,10 +495,17 @@ fn spec_strategy() -> impl Strategy<Value = IndexSpec> {
             any::<bool>(),
             1usize..1000,
             any::<u64>(),
-            1usize..200
+            1usize..200,
+            prop::option::of(0usize..300),
         )
-            .prop_map(|(nlist, iters, spherical, mtpl, seed, nprobe)| {
+            .prop_map(|(nlist, iters, spherical, mtpl, seed, nprobe, codes)| {
                 IndexSpec::Ivf(IvfParams {
+                    codes: if codes.is_some() {
+                        Codes::I8
+                    } else {
+                        Codes::None
+                    },
+                    rerank: codes.unwrap_or(0),
                     nlist,
                     iters,
                     assignment: if spherical {

@@ -487,7 +487,7 @@ impl FlatIndex {
     fn build(keys: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResult<Self> {
         let store = Arc::new(keys_as(keys, dtype)?);
         let inner = build_spec(
-            &IndexSpec::Flat,
+            &IndexSpec::Flat(qkindex::FlatParams::default()),
             store,
             &[],
             &qkindex::CpuKnn,

@@ -136,15 +136,23 @@ impl AttentionIndex {
         // Reachability: unless a link back came from the previous key (reachable by induction)
         // or, without sequence edges, from any neighbour, the previous key (or the neighbour with
         // the shortest list) links in above the bound.
-        if !linked {
-            let anchor = if sequence {
-                Some(id - 1)
-            } else {
-                out.iter().copied().min_by_key(|&c| lists[c as usize].len())
-            };
-            if let Some(a) = anchor {
-                lists[a as usize].push(id);
+        let anchor = if linked {
+            None
+        } else if sequence {
+            Some(id - 1)
+        } else {
+            out.iter().copied().min_by_key(|&c| lists[c as usize].len())
+        };
+        if let Some(a) = anchor {
+            lists[a as usize].push(id);
+        }
+        if let (Some(inline), Some(codes)) = (&mut self.inline, &self.codes) {
+            // Every list this insert may have changed: the new key's neighbours (linked back
+            // or a slot replaced), the anchor of the reachability link, and the new key's own.
+            for &c in out.iter().chain(anchor.iter()) {
+                inline.set(c, &lists[c as usize], codes);
             }
+            inline.set(id, &out, codes);
         }
         lists.push(out);
         self.graph = Adjacency::Growing(lists);
@@ -236,6 +244,47 @@ mod tests {
     use super::super::build::select;
     use super::*;
     use crate::attention::AttentionParams;
+
+    /// Inserts rewrite the inline blocks of every list they change: after 60 inserts the blocks
+    /// equal those a fresh layout of the grown graph holds, and searches on them still return
+    /// the exact top-k when the list takes every key.
+    #[test]
+    fn inserts_keep_inline_blocks_in_step_with_the_graph() {
+        use crate::attention::Codes;
+        use crate::graph::inline::InlineCodes;
+        use crate::search::{AnnIndex, SearchParams};
+        let dim = 16;
+        let data = crate::synth::ood(360, 40, dim, 8);
+        let keys =
+            Arc::new(KeyStore::from_f32(data.keys[..300 * dim].to_vec(), dim).expect("keys"));
+        let params = AttentionParams {
+            kq: 20,
+            max_degree: 8,
+            codes: Codes::I8Inline,
+            ..AttentionParams::default()
+        };
+        let mut index =
+            AttentionIndex::build(keys, &data.train_queries, &params, &crate::knn::CpuKnn)
+                .expect("build");
+        let mut scratch = Scratch::new(360);
+        for (i, key) in data.keys[300 * dim..].chunks_exact(dim).enumerate() {
+            let guide = &data.test_queries[(i % 40) * dim..(i % 40 + 1) * dim];
+            index.insert(key, guide, &mut scratch).expect("insert");
+        }
+        let graph = index.graph().expect("graph").into_owned();
+        let fresh = InlineCodes::new(&graph, index.codes.as_ref().expect("codes"));
+        assert!(index.inline.as_ref().expect("inline").same_blocks(&fresh));
+        let flat = crate::flat::FlatIndex::new(index.keys().clone());
+        for q in data.test_queries.chunks_exact(dim).take(5) {
+            let got = index
+                .search(q, 10, &SearchParams::with_ef(360), &mut scratch)
+                .expect("search");
+            let want = flat
+                .search(q, 10, &SearchParams::default(), &mut scratch)
+                .expect("flat");
+            assert_eq!(got.ids, want.ids);
+        }
+    }
 
     /// Build and insertion prune through one function; the candidates reach it from a key's row
     /// of the build's f32 copy and from the stored rows respectively, which must not matter.

@@ -39,6 +39,7 @@ pub use pool_knn::PooledKnn;
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::graph::codes::{search_codes, KeyCodes};
+use crate::graph::inline::{search_inline, InlineCodes};
 use crate::graph::{beam_search, BeamSettings, Csr, Neighbors};
 use crate::knn::KnnBackend;
 use crate::scratch::Scratch;
@@ -61,6 +62,8 @@ pub struct AttentionIndex {
     stats: BuildStats,
     /// Traversal codes of the keys when `params.codes` asks for them (issue 26).
     codes: Option<KeyCodes>,
+    /// The neighbours' codes inline with the adjacency (`params.codes` = `i8-inline`).
+    inline: Option<InlineCodes>,
 }
 
 /// The out-edges: the CSR a build (or a file) produced, or editable lists once keys have been
@@ -159,10 +162,15 @@ impl AttentionIndex {
         }
         let codes = match params.codes {
             Codes::None => None,
-            Codes::I8 => Some(KeyCodes::new(&keys)),
+            Codes::I8 | Codes::I8Inline => Some(KeyCodes::new(&keys)),
+        };
+        let inline = match (&codes, params.codes) {
+            (Some(codes), Codes::I8Inline) => Some(InlineCodes::new(&graph, codes)),
+            _ => None,
         };
         Ok(AttentionIndex {
             codes,
+            inline,
             built_len: keys.len(),
             keys,
             graph: Adjacency::Frozen(graph),
@@ -237,6 +245,7 @@ impl AnnIndex for AttentionIndex {
         graph
             + std::mem::size_of_val(self.entries.as_slice())
             + self.codes.as_ref().map_or(0, KeyCodes::bytes)
+            + self.inline.as_ref().map_or(0, InlineCodes::bytes)
     }
 
     fn search_seeded(
@@ -252,8 +261,19 @@ impl AnnIndex for AttentionIndex {
         let settings = BeamSettings::for_search(params, k, self.params.default_ef)?;
         let scorer = self.keys.scorer();
         let entries: [&[u32]; 2] = [&self.entries, seeds];
-        match &self.codes {
-            Some(codes) => search_codes(
+        match (&self.codes, &self.inline) {
+            (Some(codes), Some(inline)) => search_inline(
+                inline,
+                codes,
+                &scorer,
+                query,
+                &entries,
+                &settings,
+                self.params.rerank,
+                scratch,
+                out,
+            ),
+            (Some(codes), None) => search_codes(
                 &self.graph,
                 codes,
                 &scorer,
@@ -264,7 +284,7 @@ impl AnnIndex for AttentionIndex {
                 scratch,
                 out,
             ),
-            None => beam_search(
+            (None, _) => beam_search(
                 &self.graph,
                 &scorer,
                 query,

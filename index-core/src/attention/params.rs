@@ -51,18 +51,25 @@ pub enum Codes {
     None,
     /// Int8 codes normalised per dimension with one scale per key, estimated with an int8 query (VNNI where present).
     I8,
+    /// The same codes also stored inline with the adjacency: each node's block holds its
+    /// neighbours' codes, estimated together from one contiguous read
+    /// ([`crate::graph::inline::search_inline`]; about `degree · (dim + 8)` more bytes per key).
+    #[serde(rename = "i8-inline")]
+    I8Inline,
 }
 
 impl Codes {
-    /// The spec name (`none`, `i8`).
+    /// The spec name (`none`, `i8`, `i8-inline`).
     pub fn name(self) -> &'static str {
         match self {
             Codes::None => "none",
             Codes::I8 => "i8",
+            Codes::I8Inline => "i8-inline",
         }
     }
 
-    fn is_none(&self) -> bool {
+    /// True for [`Codes::None`].
+    pub fn is_none(&self) -> bool {
         *self == Codes::None
     }
 }
@@ -71,10 +78,10 @@ impl std::str::FromStr for Codes {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self> {
-        [Codes::None, Codes::I8]
+        [Codes::None, Codes::I8, Codes::I8Inline]
             .into_iter()
             .find(|c| c.name() == s)
-            .ok_or_else(|| Error::invalid_param("codes", s, "expected none or i8"))
+            .ok_or_else(|| Error::invalid_param("codes", s, "expected none, i8 or i8-inline"))
     }
 }
 

@@ -1,11 +1,57 @@
 //! `FlatIndex`: the exact scan. Every search scores every key (`scanned = 1`) and keeps the
-//! top k with a bounded heap; it is the yardstick for recall and speed.
+//! top k with a bounded heap; it is the yardstick for recall and speed. With `codes=i8`
+//! ([`FlatParams`]) it scans int8 codes instead and scores only the best candidates exactly
+//! (`codes.rs`, [`ScanCodes`]).
 
-use crate::error::Result;
+mod codes;
+
+pub(crate) use codes::top_ids;
+pub use codes::ScanCodes;
+
+use crate::attention::Codes;
+use crate::error::{Error, Result};
 use crate::scratch::Scratch;
 use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams};
 use crate::store::KeyStore;
 use std::sync::Arc;
+
+/// Build parameters of [`FlatIndex`]: the exact scan (the default), or the scan on codes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FlatParams {
+    /// Scan int8 codes (`i8`) and re-rank the best candidates on the stored keys, or scan the
+    /// stored keys (`none`). `i8-inline` has no meaning here (no adjacency).
+    #[serde(default, skip_serializing_if = "Codes::is_none")]
+    pub codes: Codes,
+    /// Candidates re-ranked after a scan on codes when a search does not set `ef` (at least
+    /// `k`; 0: `k + k / 4`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rerank: usize,
+}
+
+fn is_zero(x: &usize) -> bool {
+    *x == 0
+}
+
+impl FlatParams {
+    /// Errors: `codes=i8-inline`, or `rerank` without codes ([`Error::InvalidParam`]).
+    pub fn validate(&self) -> Result<()> {
+        if self.codes == Codes::I8Inline {
+            return Err(Error::invalid_param(
+                "codes",
+                self.codes.name(),
+                "a flat index has no adjacency: expected none or i8",
+            ));
+        }
+        if self.rerank > 0 && self.codes == Codes::None {
+            return Err(Error::invalid_param(
+                "rerank",
+                self.rerank,
+                "applies to codes=i8 only",
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// Keys scored per kernel call (bounded scratch, cache-friendly).
 const CHUNK: usize = 512;
@@ -14,12 +60,36 @@ const CHUNK: usize = 512;
 #[derive(Clone, Debug)]
 pub struct FlatIndex {
     keys: Arc<KeyStore>,
+    params: FlatParams,
+    codes: Option<ScanCodes>,
 }
 
 impl FlatIndex {
-    /// A flat index over shared keys.
+    /// The exact scan over shared keys.
     pub fn new(keys: Arc<KeyStore>) -> Self {
-        FlatIndex { keys }
+        FlatIndex {
+            keys,
+            params: FlatParams::default(),
+            codes: None,
+        }
+    }
+
+    /// A flat index over shared keys with `params` (codes are computed here).
+    ///
+    /// Errors: invalid params ([`FlatParams::validate`]).
+    pub fn with_params(keys: Arc<KeyStore>, params: &FlatParams) -> Result<Self> {
+        params.validate()?;
+        let codes = (params.codes != Codes::None).then(|| ScanCodes::new(&keys));
+        Ok(FlatIndex {
+            keys,
+            params: *params,
+            codes,
+        })
+    }
+
+    /// Build parameters.
+    pub fn params(&self) -> &FlatParams {
+        &self.params
     }
 
     /// The indexed keys.
@@ -30,7 +100,11 @@ impl FlatIndex {
     /// Appends a key (its id is the previous length); the store is copied first when other
     /// handles share it (copy-on-write). Errors: wrong dimension, non-finite values.
     pub fn insert(&mut self, key: &[f32]) -> Result<u32> {
-        Arc::make_mut(&mut self.keys).push(key)
+        let id = Arc::make_mut(&mut self.keys).push(key)?;
+        if let Some(codes) = &mut self.codes {
+            codes.push(key)?;
+        }
+        Ok(id)
     }
 }
 
@@ -48,20 +122,30 @@ impl AnnIndex for FlatIndex {
     }
 
     fn memory_bytes(&self) -> usize {
-        0
+        self.codes.as_ref().map_or(0, ScanCodes::bytes)
     }
 
     fn search_seeded(
         &self,
         query: &[f32],
         k: usize,
-        _params: &SearchParams,
+        params: &SearchParams,
         _seeds: &[u32],
         scratch: &mut Scratch,
         out: &mut SearchOutput,
     ) -> Result<()> {
         let n = self.keys.len();
         check_query(query, self.keys.dim(), k, n)?;
+        if let Some(codes) = &self.codes {
+            let default = if self.params.rerank == 0 {
+                k + k / 4
+            } else {
+                self.params.rerank
+            };
+            let candidates = params.ef.unwrap_or(default).max(k);
+            codes.search(&self.keys.scorer(), query, k, candidates, scratch, out);
+            return Ok(());
+        }
         out.clear();
         let keys = self.keys.scorer();
         let scorer = keys.bind(query, &mut scratch.query);

@@ -16,7 +16,7 @@ use super::search::{beam_search_by, BeamSettings, Estimate};
 use super::Neighbors;
 use crate::error::{Error, Result};
 use crate::metric::affine::Affine;
-use crate::metric::int8::{i8_kernels, I8Kernels, QuantQuery};
+use crate::metric::int8::{i8_kernels, GroupQ8, I8Kernels, QuantQuery, GROUP};
 use crate::scratch::Scratch;
 use crate::search::SearchOutput;
 use crate::store::{KeyStore, Scorer};
@@ -91,6 +91,118 @@ impl KeyCodes {
     pub fn bytes(&self) -> usize {
         self.codes.len() + 4 * self.scales.len() + self.affine.bytes()
     }
+
+    /// Dimension of the coded keys.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// The code and scale of key `id` (`id < len()`).
+    pub(crate) fn code(&self, id: u32) -> (&[i8], f32) {
+        let at = id as usize * self.dim;
+        (&self.codes[at..at + self.dim], self.scales[id as usize])
+    }
+
+    /// Quantizes `query` for estimates against these codes.
+    pub(crate) fn quantize_query(&self, query: &[f32], quant: &mut QuantQuery) {
+        quant.set_affine(query, self.affine.offset(), self.affine.range());
+    }
+
+    /// The estimates of `query` (quantized by [`KeyCodes::quantize_query`]) with `kernels`.
+    pub(crate) fn scorer<'a>(
+        &'a self,
+        query: &'a QuantQuery,
+        kernels: &'a I8Kernels,
+    ) -> CodeScorer<'a> {
+        CodeScorer {
+            codes: self,
+            query,
+            kernels,
+        }
+    }
+}
+
+// ---------------------------------------------------------------- interleaved groups
+
+/// Where [`scan_groups`] sends the estimates of each group.
+pub(crate) trait GroupSink {
+    /// Estimates at or below this are not wanted (read once per group).
+    fn floor(&self) -> f32;
+    /// The estimates of one group: `mask` has the bits of the valid slots above the floor
+    /// (never 0), `ids` the group's ids.
+    fn take(&mut self, mask: u32, ids: &[u32; GROUP], est: &[f32; GROUP]);
+}
+
+/// One cache line of interleaved groups ([`KeyCodes::write_slot`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+pub(crate) struct Line(pub(crate) [u8; 64]);
+
+/// A line of empty slots: code 0 (byte `0x80`) in every dimension.
+pub(crate) const EMPTY_LINE: Line = Line([0x80; 64]);
+const _: () = assert!(4 * GROUP == 64, "a line holds 4 dimensions of a group");
+
+impl KeyCodes {
+    /// Lines of codes per group (`⌈dim / 4⌉`).
+    pub(crate) fn quads(&self) -> usize {
+        self.dim.div_ceil(4)
+    }
+
+    /// Lines per group: the codes, then the [`GROUP`] scales, then the [`GROUP`] ids.
+    pub(crate) fn group_lines(&self) -> usize {
+        self.quads() + 2
+    }
+
+    /// Writes key `id` (`< len()`) into slot `slot` of `group` (`group_lines()` lines, made of
+    /// [`EMPTY_LINE`]s for the slots not written): its code interleaved by 4 dimensions as
+    /// [`crate::metric::int8::group_q8`] reads it, its scale, its id.
+    pub(crate) fn write_slot(&self, group: &mut [Line], slot: usize, id: u32) {
+        let quads = self.quads();
+        let (code, scale) = self.code(id);
+        for (i, &c) in code.iter().enumerate() {
+            group[i / 4].0[4 * slot + i % 4] = (c as u8) ^ 0x80;
+        }
+        let scales: &mut [f32; GROUP] = bytemuck::cast_mut(&mut group[quads]);
+        scales[slot] = scale;
+        let ids: &mut [u32; GROUP] = bytemuck::cast_mut(&mut group[quads + 1]);
+        ids[slot] = id;
+    }
+}
+
+/// The estimates of the first `count` slots of consecutive `groups` (of `quads + 2` lines) for
+/// `query` (its codes padded to `4 · quads`), handed to `sink` ([`GroupSink`]) group by group.
+#[inline(always)]
+pub(crate) fn scan_groups<S: GroupSink + ?Sized>(
+    groups: &[Line],
+    quads: usize,
+    count: usize,
+    query: &QuantQuery,
+    group_q8: GroupQ8,
+    sink: &mut S,
+) {
+    let mut dots = [0i32; GROUP];
+    let mut est = [0.0f32; GROUP];
+    let mut left = count;
+    for group in groups.chunks_exact(quads + 2) {
+        if left == 0 {
+            break;
+        }
+        let (codes, rest) = group.split_at(quads);
+        group_q8(&query.codes, bytemuck::cast_slice(codes), &mut dots);
+        let scales: &[f32; GROUP] = bytemuck::cast_ref(&rest[0]);
+        let f = sink.floor();
+        let mut mask = 0u32;
+        for (s, e) in est.iter_mut().enumerate() {
+            *e = query.estimate(dots[s], scales[s]);
+            mask |= u32::from(*e > f) << s;
+        }
+        let valid = left.min(GROUP);
+        left -= valid;
+        mask &= ((1u64 << valid) - 1) as u32;
+        if mask != 0 {
+            sink.take(mask, bytemuck::cast_ref(&rest[1]), &est);
+        }
+    }
 }
 
 /// Code estimates of one quantized query against [`KeyCodes`], with the best int8 kernels.
@@ -129,25 +241,34 @@ pub fn search_codes<G: Neighbors + ?Sized>(
     out: &mut SearchOutput,
 ) {
     let mut quant = std::mem::take(&mut scratch.quant);
-    quant.set_affine(query, codes.affine.offset(), codes.affine.range());
+    codes.quantize_query(query, &mut quant);
     let candidates = if rerank == 0 { settings.ef } else { rerank }.max(settings.k);
-    let est = CodeScorer {
-        codes,
-        query: &quant,
-        kernels: i8_kernels(),
-    };
+    let est = codes.scorer(&quant, i8_kernels());
     let traversal = BeamSettings {
         k: candidates,
         ..*settings
     };
     beam_search_by(graph, &est, entries, &traversal, scratch, out);
     scratch.quant = quant;
+    rerank_exact(exact, query, settings.k, scratch, out);
+}
 
+/// Replaces the candidates of a traversal on codes in `out` (ranked by estimate, every
+/// estimate counted in `distance_computations`) with the best `k` of them by `exact` score,
+/// best first; the estimates move to `code_estimates` and `distance_computations` counts the
+/// exact products.
+pub(crate) fn rerank_exact(
+    exact: &Scorer<'_>,
+    query: &[f32],
+    k: usize,
+    scratch: &mut Scratch,
+    out: &mut SearchOutput,
+) {
     let estimates = out.stats.distance_computations;
     let Scratch { best, scores, .. } = scratch;
     scores.resize(out.ids.len(), 0.0);
     exact.score_ids(query, &out.ids, scores);
-    best.reset(settings.k);
+    best.reset(k);
     for (&id, &score) in out.ids.iter().zip(scores.iter()) {
         best.push(score, id);
     }

@@ -6,6 +6,7 @@
 //! | `mod.rs` | [`Csr`] adjacency (owned or mapped), the [`Neighbors`] access trait |
 //! | `search.rs` | [`beam_search`] and its [`BeamSettings`]; [`beam_search_by`] over any [`Estimate`] |
 //! | `codes.rs` | [`codes::search_codes`]: traversal on int8 codes, exact re-rank (issue 26) |
+//! | `inline.rs` | [`inline::search_inline`]: the same on neighbour codes stored inline with the adjacency |
 //! | `reach.rs` | [`mark_reachable`], the one reachability walk |
 //! | `repair.rs` | [`repair::connect`], the connectivity repair of a build |
 //! | `prune.rs` | [`prune()`]: top / occlusion / occlusion-fill ([`Prune`]) |
@@ -17,6 +18,7 @@
 //! ```
 
 pub mod codes;
+pub mod inline;
 mod prune;
 mod reach;
 pub mod repair;
@@ -24,6 +26,8 @@ mod search;
 
 pub use prune::{prune, Prune};
 pub use reach::mark_reachable;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use search::avx512_loops;
 pub use search::{beam_search, beam_search_by, BeamSettings, Estimate};
 
 use crate::error::{Error, Result};

@@ -10,7 +10,7 @@
 //! without this the list and visited-set code would be limited to SSE2).
 
 use crate::error::{Error, Result};
-use crate::scratch::Scratch;
+use crate::scratch::{BeamList, Scratch, VisitedSet};
 use crate::search::{SearchOutput, SearchParams, SearchStats};
 use crate::store::{QueryScorer, Scorer};
 
@@ -107,9 +107,83 @@ pub fn beam_search_by<G: Neighbors + ?Sized, E: Estimate + ?Sized>(
     scratch: &mut Scratch,
     out: &mut SearchOutput,
 ) {
+    walk(&Visit { graph, est }, entries, settings, scratch, out)
+}
+
+/// How a beam search scores: its entry points, and the neighbours of each node it expands.
+pub(crate) trait Walk {
+    /// Number of nodes (entry and neighbour ids at or beyond it are skipped).
+    fn node_count(&self) -> usize;
+    /// Starts loading what expanding `v` reads (a hint; any `v` is allowed).
+    fn prefetch(&self, v: u32);
+    /// `out[i]` = the score of `ids[i]` (the entry points).
+    fn score_ids(&self, ids: &[u32], out: &mut [f32]);
+    /// Scores neighbours of `c` and inserts into `beam` those not `visited` that it takes
+    /// (marking them visited); `ids` and `scores` are buffers. Returns the scores computed.
+    fn expand(
+        &self,
+        c: u32,
+        visited: &mut VisitedSet,
+        beam: &mut BeamList,
+        ids: &mut Vec<u32>,
+        scores: &mut Vec<f32>,
+    ) -> u64;
+}
+
+/// The walk of [`beam_search_by`]: neighbours filtered by the visited set first, then the new
+/// ones scored as one batch and all inserted.
+struct Visit<'a, G: ?Sized, E: ?Sized> {
+    graph: &'a G,
+    est: &'a E,
+}
+
+impl<G: Neighbors + ?Sized, E: Estimate + ?Sized> Walk for Visit<'_, G, E> {
+    #[inline(always)]
+    fn node_count(&self) -> usize {
+        self.graph.node_count()
+    }
+    #[inline(always)]
+    fn prefetch(&self, v: u32) {
+        self.graph.prefetch_neighbors(v)
+    }
+    #[inline(always)]
+    fn score_ids(&self, ids: &[u32], out: &mut [f32]) {
+        self.est.score_ids(ids, out)
+    }
+    #[inline(always)]
+    fn expand(
+        &self,
+        c: u32,
+        visited: &mut VisitedSet,
+        beam: &mut BeamList,
+        ids: &mut Vec<u32>,
+        scores: &mut Vec<f32>,
+    ) -> u64 {
+        ids.clear();
+        let n = self.graph.node_count() as u32;
+        visited.filter_new_below(self.graph.neighbors_of(c), n, ids);
+        if ids.is_empty() {
+            return 0;
+        }
+        scores.resize(ids.len(), 0.0);
+        self.est.score_ids(ids, scores);
+        for (&id, &score) in ids.iter().zip(scores.iter()) {
+            beam.insert(score, id);
+        }
+        ids.len() as u64
+    }
+}
+
+/// Runs the beam search of `w` from `entries` with the best compiled loop for this CPU.
+pub(crate) fn walk<W: Walk + ?Sized>(
+    w: &W,
+    entries: &[&[u32]],
+    settings: &BeamSettings,
+    scratch: &mut Scratch,
+    out: &mut SearchOutput,
+) {
     let job = Job {
-        graph,
-        est,
+        walk: w,
         entries,
         settings: *settings,
     };
@@ -131,9 +205,8 @@ pub fn beam_search_by<G: Neighbors + ?Sized, E: Estimate + ?Sized>(
 }
 
 /// The arguments of one [`beam_search`], as the compiled versions of its loop take them.
-struct Job<'a, G: ?Sized, E: ?Sized> {
-    graph: &'a G,
-    est: &'a E,
+struct Job<'a, W: ?Sized> {
+    walk: &'a W,
     entries: &'a [&'a [u32]],
     settings: BeamSettings,
 }
@@ -144,6 +217,12 @@ enum SearchIsa {
     Baseline,
     Avx2,
     Avx512,
+}
+
+/// True when the loops compiled for AVX-512 ([`search_isa`]) run on this CPU.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn avx512_loops() -> bool {
+    search_isa() == SearchIsa::Avx512
 }
 
 /// The best compiled version of the search loop for this CPU, detected once.
@@ -177,8 +256,8 @@ macro_rules! beam_search_with_features {
     ($name:ident, $features:literal) => {
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = $features)]
-        unsafe fn $name<G: Neighbors + ?Sized, E: Estimate + ?Sized>(
-            job: &Job<'_, G, E>,
+        unsafe fn $name<W: Walk + ?Sized>(
+            job: &Job<'_, W>,
             scratch: &mut Scratch,
             out: &mut SearchOutput,
         ) {
@@ -194,19 +273,18 @@ beam_search_with_features!(
 );
 
 #[inline(always)]
-fn beam_search_impl<G: Neighbors + ?Sized, E: Estimate + ?Sized>(
-    job: &Job<'_, G, E>,
+fn beam_search_impl<W: Walk + ?Sized>(
+    job: &Job<'_, W>,
     scratch: &mut Scratch,
     out: &mut SearchOutput,
 ) {
     let Job {
-        graph,
-        est,
+        walk,
         entries,
         settings: BeamSettings { ef, k, width },
     } = *job;
     out.clear();
-    let n = graph.node_count();
+    let n = walk.node_count();
     let Scratch {
         visited,
         beam,
@@ -228,7 +306,7 @@ fn beam_search_impl<G: Neighbors + ?Sized, E: Estimate + ?Sized>(
         }
     }
     scores.resize(ids.len(), 0.0);
-    est.score_ids(ids, scores);
+    walk.score_ids(ids, scores);
     stats.distance_computations += ids.len() as u64;
     for (&id, &score) in ids.iter().zip(scores.iter()) {
         beam.insert(score, id);
@@ -239,19 +317,9 @@ fn beam_search_impl<G: Neighbors + ?Sized, E: Estimate + ?Sized>(
         // The node expanded next is usually the best unexpanded one now (unless this expansion
         // finds better): start its neighbour-list miss while this one is scored.
         if let Some(next) = beam.peek_unexpanded() {
-            graph.prefetch_neighbors(next);
+            walk.prefetch(next);
         }
-        ids.clear();
-        visited.filter_new_below(graph.neighbors_of(c.id), n as u32, ids);
-        if ids.is_empty() {
-            continue;
-        }
-        scores.resize(ids.len(), 0.0);
-        est.score_ids(ids, scores);
-        stats.distance_computations += ids.len() as u64;
-        for (&id, &score) in ids.iter().zip(scores.iter()) {
-            beam.insert(score, id);
-        }
+        stats.distance_computations += walk.expand(c.id, visited, beam, ids, scores);
     }
     beam.copy_best(k, &mut out.ids, &mut out.scores);
     out.stats = stats;

@@ -11,7 +11,7 @@ use super::writer::FileWriter;
 use super::{AnyIndex, LoadOptions};
 use crate::attention::{AttentionIndex, AttentionParams};
 use crate::error::{Error, Result};
-use crate::flat::FlatIndex;
+use crate::flat::{FlatIndex, FlatParams};
 use crate::hnsw::HnswIndex;
 use crate::ivf::IvfIndex;
 use crate::search::{AnnIndex, IndexKind};
@@ -134,9 +134,22 @@ impl Persist for FlatIndex {
     fn key_store(&self) -> &Arc<KeyStore> {
         self.keys()
     }
+    /// `{"index": "flat"}` for the exact scan (as every file before the scan on codes), with
+    /// `params` otherwise.
     fn params_section(&self) -> Result<Vec<u8>> {
-        json_bytes(&serde_json::json!({"index": "flat"}))
+        if *self.params() == FlatParams::default() {
+            json_bytes(&serde_json::json!({"index": "flat"}))
+        } else {
+            params_json("flat", self.params(), None)
+        }
     }
+}
+
+/// The PARAMS of a flat file (`params` absent: the exact scan).
+#[derive(serde::Deserialize)]
+struct FlatSection {
+    #[serde(default)]
+    params: FlatParams,
 }
 
 /// The inherent `save` of each kind (callers need not import [`Persist`]).
@@ -232,7 +245,10 @@ pub fn decode(
         }
         FileKind::Index(IndexKind::Flat) => {
             let keys = index_keys(raw, resolve)?;
-            AnyIndex::Flat(FlatIndex::new(keys))
+            let p: FlatSection = raw.json(SectionKind::PARAMS)?;
+            let idx = FlatIndex::with_params(keys, &p.params)
+                .map_err(|e| raw.error(SectionKind::PARAMS, e.to_string()))?;
+            AnyIndex::Flat(idx)
         }
         FileKind::Index(IndexKind::Attention) => {
             let keys = index_keys(raw, resolve)?;

@@ -18,14 +18,17 @@
 //! `nprobe` larger than `nlist` is clamped to `nlist` (as faiss does): every list is scanned
 //! and the result is exact.
 
+mod codes;
 mod kmeans;
 mod params;
 
+pub use codes::ListCodes;
 pub use kmeans::Assignment;
 pub use params::IvfParams;
 
 use crate::cancel::Cancel;
 use crate::error::{at_least_one, Error, Result};
+use crate::graph::codes::rerank_exact;
 use crate::io::Buf;
 use crate::scratch::Scratch;
 use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};
@@ -71,6 +74,8 @@ pub struct IvfIndex {
     offsets: Buf<u32>,
     params: IvfParams,
     stats: BuildStats,
+    /// The lists on int8 codes when `params.codes` asks for them (derived, never saved).
+    codes: Option<ListCodes>,
 }
 
 impl IvfIndex {
@@ -92,10 +97,7 @@ impl IvfIndex {
             return Err(Error::Empty { what: "keys" });
         }
         let dim = keys.dim();
-        let nlist = params
-            .nlist
-            .unwrap_or_else(|| IvfParams::default_nlist(n))
-            .min(n);
+        let nlist = params.nlist_for(n).min(n);
         let keys32 = keys.to_f32();
         let max_train = params.max_train_per_list.saturating_mul(nlist);
         let sample: Vec<f32>;
@@ -156,14 +158,17 @@ impl IvfIndex {
             assign_s: t.elapsed().as_secs_f64(),
             total_s: start.elapsed().as_secs_f64(),
         };
+        let lists = Arc::new(lists);
+        let codes = (!params.codes.is_none()).then(|| ListCodes::new(&lists, &offsets));
         Ok(IvfIndex {
             dim,
             centroids,
-            lists: Arc::new(lists),
+            lists,
             ids: Buf::Owned(ids),
             offsets: Buf::Owned(offsets),
             params: params.clone(),
             stats,
+            codes,
         })
     }
 
@@ -216,6 +221,7 @@ impl IvfIndex {
                 format!("must start at 0 and end at n = {n}"),
             ));
         }
+        let codes = (!params.codes.is_none()).then(|| ListCodes::new(&lists, o));
         Ok(IvfIndex {
             dim,
             centroids,
@@ -224,6 +230,7 @@ impl IvfIndex {
             offsets,
             params: params.clone(),
             stats: BuildStats::default(),
+            codes,
         })
     }
 
@@ -303,6 +310,7 @@ impl IvfIndex {
         self.lists.bytes()
             + self.centroids.bytes()
             + 4 * (self.ids.as_slice().len() + self.offsets.as_slice().len())
+            + self.codes.as_ref().map_or(0, ListCodes::bytes)
     }
 
     /// [`IvfIndex::bytes`] per indexed key.
@@ -378,6 +386,26 @@ impl AnnIndex for IvfIndex {
         out.scores.clear();
 
         let lists = self.lists.scorer();
+        if let Some(codes) = &self.codes {
+            let default = if self.params.rerank == 0 {
+                k + k / 4
+            } else {
+                self.params.rerank
+            };
+            let candidates = params.ef.unwrap_or(default).max(k);
+            let probe = std::mem::take(ids);
+            let estimates =
+                codes.candidates(query, &probe, offsets, candidates, scratch, &mut out.ids);
+            scratch.ids = probe;
+            out.stats.distance_computations = estimates as u64;
+            rerank_exact(&lists, query, k, scratch, out);
+            out.stats.distance_computations += nlist as u64;
+            for id in out.ids.iter_mut() {
+                *id = key_ids.get(*id as usize).copied().unwrap_or(u32::MAX);
+            }
+            drop_damaged(n, out);
+            return Ok(());
+        }
         let scorer = lists.bind(query, query_buf);
         best.reset(k);
         let mut scanned = 0usize;
@@ -400,25 +428,29 @@ impl AnnIndex for IvfIndex {
         for id in out.ids.iter_mut() {
             *id = key_ids.get(*id as usize).copied().unwrap_or(u32::MAX);
         }
-        // Ids `≥ n` only come from an unverified, damaged id map: drop them (docs/FORMAT.md).
-        if out.ids.iter().any(|&id| id as usize >= n) {
-            let mut kept = 0;
-            for i in 0..out.ids.len() {
-                if (out.ids[i] as usize) < n {
-                    out.ids[kept] = out.ids[i];
-                    out.scores[kept] = out.scores[i];
-                    kept += 1;
-                }
-            }
-            out.ids.truncate(kept);
-            out.scores.truncate(kept);
-        }
+        drop_damaged(n, out);
         out.stats = SearchStats {
             distance_computations: (nlist + scanned) as u64,
             hops: 0,
             ..Default::default()
         };
         Ok(())
+    }
+}
+
+/// Drops ids `≥ n` from `out`: only an unverified, damaged id map holds them (docs/FORMAT.md).
+fn drop_damaged(n: usize, out: &mut SearchOutput) {
+    if out.ids.iter().any(|&id| id as usize >= n) {
+        let mut kept = 0;
+        for i in 0..out.ids.len() {
+            if (out.ids[i] as usize) < n {
+                out.ids[kept] = out.ids[i];
+                out.scores[kept] = out.scores[i];
+                kept += 1;
+            }
+        }
+        out.ids.truncate(kept);
+        out.scores.truncate(kept);
     }
 }
 
@@ -456,6 +488,61 @@ mod tests {
             idx.bytes(),
             1000 * dim * 4 + 126 * dim * 4 + 4 * 1000 + 4 * 127
         );
+    }
+
+    #[test]
+    fn codes_probing_every_list_with_every_candidate_is_exact() {
+        let dim = 12;
+        let keys = Arc::new(KeyStore::from_f32(data(500, dim, 4), dim).expect("keys"));
+        let flat = FlatIndex::new(keys.clone());
+        let p = IvfParams {
+            codes: crate::attention::Codes::I8,
+            ..Default::default()
+        };
+        assert_eq!(p.nlist_for(500), 22, "round(√500) with codes");
+        let idx = IvfIndex::build(&keys, &p).expect("build");
+        assert_eq!(idx.nlist(), 22);
+        let codes = idx.codes.as_ref().expect("codes");
+        assert!(idx.bytes() > codes.bytes());
+        let mut scratch = Scratch::default();
+        let queries = data(6, dim, 5);
+        for q in queries.chunks_exact(dim) {
+            let all = SearchParams {
+                nprobe: Some(22),
+                ef: Some(500),
+                ..Default::default()
+            };
+            let got = idx.search(q, 10, &all, &mut scratch).expect("search");
+            let want = flat
+                .search(q, 10, &SearchParams::default(), &mut scratch)
+                .expect("flat");
+            assert_eq!(got.ids, want.ids);
+            assert_eq!(got.scores, want.scores);
+            assert_eq!(got.stats.code_estimates, 500);
+            assert_eq!(got.stats.distance_computations, 22 + 500);
+            // Two lists, 25 candidates: 25 exact products besides the centroids, best first.
+            let few = SearchParams {
+                nprobe: Some(2),
+                ef: Some(25),
+                ..Default::default()
+            };
+            let got = idx.search(q, 10, &few, &mut scratch).expect("search");
+            assert_eq!(got.stats.distance_computations, 22 + 25);
+            assert!(got.stats.code_estimates >= 25);
+            assert!(got.scores.windows(2).all(|w| w[0] >= w[1]));
+        }
+        for bad in [
+            IvfParams {
+                codes: crate::attention::Codes::I8Inline,
+                ..Default::default()
+            },
+            IvfParams {
+                rerank: 50,
+                ..Default::default()
+            },
+        ] {
+            assert!(IvfIndex::build(&keys, &bad).is_err());
+        }
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! Build parameters of [`super::IvfIndex`].
 
 use super::kmeans::Assignment;
+use crate::attention::Codes;
 use crate::error::{at_least_one, Error, Result};
 
 /// Build parameters of the IVF index.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct IvfParams {
-    /// Number of lists (k-means clusters). `None` takes [`IvfParams::default_nlist`]
+    /// Number of lists (k-means clusters). `None` takes [`IvfParams::nlist_for`]
     /// (`round(4·√n)`, the middle of faiss's `4·√n … 16·√n` guideline at its cheap end: at 8K
     /// keys it gives 361 lists of ~22 keys, so one probe costs ~0.3% of a scan). Capped at `n`.
     pub nlist: Option<usize>,
@@ -24,6 +25,18 @@ pub struct IvfParams {
     pub seed: u64,
     /// `nprobe` of searches that do not set one.
     pub default_nprobe: usize,
+    /// Scan the lists on int8 codes (`i8`) and re-rank the best candidates on the keys, or
+    /// scan the keys (`none`, the default). `i8-inline` has no meaning here.
+    #[serde(default, skip_serializing_if = "Codes::is_none")]
+    pub codes: Codes,
+    /// Candidates re-ranked after a scan on codes when a search does not set `ef` (at least
+    /// `k`; 0: `k + k / 4`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rerank: usize,
+}
+
+fn is_zero(x: &usize) -> bool {
+    *x == 0
 }
 
 impl Default for IvfParams {
@@ -35,6 +48,8 @@ impl Default for IvfParams {
             max_train_per_list: 256,
             seed: 0,
             default_nprobe: 8,
+            codes: Codes::None,
+            rerank: 0,
         }
     }
 }
@@ -45,12 +60,41 @@ impl IvfParams {
         ((4.0 * (n as f64).sqrt()).round() as usize).clamp(1, n.max(1))
     }
 
+    /// The lists of a build over `n` keys: `nlist` when set, else [`IvfParams::default_nlist`],
+    /// or `round(√n)` with codes: a key's estimate costs a fraction of an f16 product, so fewer,
+    /// longer lists (a quarter as many centroids to score per search) pay off
+    /// (`docs/bench/codes/scan/README.md`, "List count").
+    pub fn nlist_for(&self, n: usize) -> usize {
+        self.nlist.unwrap_or_else(|| {
+            if self.codes.is_none() {
+                Self::default_nlist(n)
+            } else {
+                ((n as f64).sqrt().round() as usize).clamp(1, n.max(1))
+            }
+        })
+    }
+
     /// Checks ranges that do not depend on the data.
     pub fn validate(&self) -> Result<()> {
         if self.nlist == Some(0) {
             return Err(Error::invalid_param("nlist", 0, "must be at least 1"));
         }
         at_least_one("max_train_per_list", self.max_train_per_list)?;
-        at_least_one("default_nprobe", self.default_nprobe)
+        at_least_one("default_nprobe", self.default_nprobe)?;
+        if self.codes == Codes::I8Inline {
+            return Err(Error::invalid_param(
+                "codes",
+                self.codes.name(),
+                "an IVF index has no adjacency: expected none or i8",
+            ));
+        }
+        if self.rerank > 0 && self.codes.is_none() {
+            return Err(Error::invalid_param(
+                "rerank",
+                self.rerank,
+                "applies to codes=i8 only",
+            ));
+        }
+        Ok(())
     }
 }

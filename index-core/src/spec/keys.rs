@@ -50,6 +50,8 @@ const ATTENTION: &[Key] = &[
     key("rerank", "rerank"),
 ];
 
+const FLAT: &[Key] = &[key("codes", "codes"), key("rerank", "rerank")];
+
 const HNSW: &[Key] = &[
     key("m", "m"),
     key("ef-construction", "ef_construction"),
@@ -64,6 +66,8 @@ const IVF: &[Key] = &[
     key("max-train-per-list", "max_train_per_list"),
     key("seed", "seed"),
     key("default-nprobe", "default_nprobe"),
+    key("codes", "codes"),
+    key("rerank", "rerank"),
 ];
 
 const VAMANA: &[Key] = &[
@@ -81,7 +85,7 @@ const VAMANA: &[Key] = &[
 fn keys_of(kind: IndexKind) -> &'static [Key] {
     match kind {
         IndexKind::Attention => ATTENTION,
-        IndexKind::Flat => &[],
+        IndexKind::Flat => FLAT,
         IndexKind::Hnsw => HNSW,
         IndexKind::Ivf => IVF,
         IndexKind::Vamana => VAMANA,
@@ -163,7 +167,7 @@ pub(super) fn apply<V: AsRef<str>>(
 fn validate(spec: &IndexSpec) -> Result<()> {
     match spec {
         IndexSpec::Attention(p) => p.validate(),
-        IndexSpec::Flat => Ok(()),
+        IndexSpec::Flat(p) => p.validate(),
         IndexSpec::Hnsw(p) => p.validate(),
         IndexSpec::Ivf(p) => p.validate(),
         IndexSpec::Vamana(p) => p.validate(),
@@ -232,7 +236,11 @@ fn get(spec: &IndexSpec, name: &str) -> Option<String> {
             "rerank" => p.rerank.to_string(),
             _ => return None,
         },
-        IndexSpec::Flat => return None,
+        IndexSpec::Flat(p) => match name {
+            "codes" => p.codes.name().into(),
+            "rerank" => p.rerank.to_string(),
+            _ => return None,
+        },
         IndexSpec::Hnsw(p) => match name {
             "m" => p.m.to_string(),
             "ef-construction" => p.ef_construction.to_string(),
@@ -247,6 +255,8 @@ fn get(spec: &IndexSpec, name: &str) -> Option<String> {
             "max-train-per-list" => p.max_train_per_list.to_string(),
             "seed" => p.seed.to_string(),
             "default-nprobe" => p.default_nprobe.to_string(),
+            "codes" => p.codes.name().into(),
+            "rerank" => p.rerank.to_string(),
             _ => return None,
         },
         IndexSpec::Vamana(p) => match name {
@@ -268,7 +278,14 @@ fn get(spec: &IndexSpec, name: &str) -> Option<String> {
 fn set(spec: &mut IndexSpec, name: &'static str, value: &str) -> Result<()> {
     match spec {
         IndexSpec::Attention(p) => set_attention(p, name, value),
-        IndexSpec::Flat => Err(unknown(name)),
+        IndexSpec::Flat(p) => {
+            match name {
+                "codes" => p.codes = value.parse::<Codes>()?,
+                "rerank" => p.rerank = number(name, value)?,
+                _ => return Err(unknown(name)),
+            }
+            Ok(())
+        }
         IndexSpec::Hnsw(p) => set_hnsw(p, name, value),
         IndexSpec::Ivf(p) => set_ivf(p, name, value),
         IndexSpec::Vamana(p) => set_vamana(p, name, value),
@@ -366,6 +383,8 @@ fn set_ivf(p: &mut IvfParams, name: &'static str, value: &str) -> Result<()> {
         "max-train-per-list" => p.max_train_per_list = number(name, value)?,
         "seed" => p.seed = number(name, value)?,
         "default-nprobe" => p.default_nprobe = number(name, value)?,
+        "codes" => p.codes = value.parse::<Codes>()?,
+        "rerank" => p.rerank = number(name, value)?,
         _ => return Err(unknown(name)),
     }
     Ok(())

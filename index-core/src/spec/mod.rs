@@ -27,7 +27,7 @@
 //! | `attention` | [`AttentionIndex`] | [`AttentionParams::default`] |
 //! | `roargraph-recipe` | [`AttentionIndex`] | [`AttentionParams::roargraph_recipe`] |
 //! | `key-graph` | [`AttentionIndex`] | [`AttentionParams::key_graph`] (keys as training queries) |
-//! | `flat` | [`FlatIndex`] | none |
+//! | `flat` | [`FlatIndex`] | [`FlatParams::default`] (the exact scan; `codes=i8`: a scan on codes) |
 //! | `hnsw` / `hnsw-ip` | [`HnswIndex`] | [`HnswParams::default`] / [`HnswParams::inner_product`] |
 //! | `ivf` / `ivf-ip` | [`IvfIndex`] | [`IvfParams::default`] / inner-product centroids |
 //! | `vamana` / `robust-vamana` | [`VamanaIndex`] | [`VamanaParams::default`] / [`VamanaParams::robust`] |
@@ -37,7 +37,7 @@ mod keys;
 use crate::attention::{AttentionIndex, AttentionParams, TrainOn};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
-use crate::flat::FlatIndex;
+use crate::flat::{FlatIndex, FlatParams};
 use crate::hnsw::{HnswIndex, HnswParams};
 use crate::io::AnyIndex;
 use crate::ivf::{Assignment, IvfIndex, IvfParams};
@@ -51,7 +51,8 @@ use std::sync::Arc;
 #[derive(Clone, Debug, PartialEq)]
 pub enum IndexSpec {
     Attention(AttentionParams),
-    Flat,
+    /// The scan: exact, or on int8 codes with an exact re-rank (`flat:codes=i8`).
+    Flat(FlatParams),
     /// HNSW; `l2_reduction` tells `hnsw` from `hnsw-ip`.
     Hnsw(HnswParams),
     /// IVF-Flat; the assignment tells `ivf` (spherical) from `ivf-ip`.
@@ -89,7 +90,7 @@ const PRESETS: &[Preset] = &[
     Preset {
         name: IndexKind::Flat.name(),
         variant: "",
-        make: || IndexSpec::Flat,
+        make: || IndexSpec::Flat(FlatParams::default()),
     },
     Preset {
         name: IndexKind::Hnsw.name(),
@@ -153,7 +154,7 @@ impl IndexSpec {
     pub fn kind(&self) -> IndexKind {
         match self {
             IndexSpec::Attention(_) => IndexKind::Attention,
-            IndexSpec::Flat => IndexKind::Flat,
+            IndexSpec::Flat(_) => IndexKind::Flat,
             IndexSpec::Hnsw(_) => IndexKind::Hnsw,
             IndexSpec::Ivf(_) => IndexKind::Ivf,
             IndexSpec::Vamana(_) => IndexKind::Vamana,
@@ -184,14 +185,14 @@ impl IndexSpec {
         match self {
             IndexSpec::Attention(p) => p.train_on == TrainOn::Queries,
             IndexSpec::Vamana(p) => p.robust,
-            IndexSpec::Flat | IndexSpec::Hnsw(_) | IndexSpec::Ivf(_) => false,
+            IndexSpec::Flat(_) | IndexSpec::Hnsw(_) | IndexSpec::Ivf(_) => false,
         }
     }
 
     /// True for the kinds that take keys added after the build in place (attention: query-aware
     /// insertion; flat: an append).
     pub fn inserts(&self) -> bool {
-        matches!(self, IndexSpec::Attention(_) | IndexSpec::Flat)
+        matches!(self, IndexSpec::Attention(_) | IndexSpec::Flat(_))
     }
 
     /// Builds the index over `keys`. `train_queries` (`m × dim` row-major f32) are read only
@@ -240,9 +241,9 @@ impl IndexSpec {
                 None => AttentionIndex::build_with(keys, train_queries, p, knn, cancel)?,
             }
             .into(),
-            IndexSpec::Flat => {
+            IndexSpec::Flat(p) => {
                 cancel.check("FlatIndex build")?;
-                FlatIndex::new(keys).into()
+                FlatIndex::with_params(keys, p)?.into()
             }
             IndexSpec::Hnsw(p) => HnswIndex::build_with(keys, p, cancel)?.into(),
             IndexSpec::Ivf(p) => IvfIndex::build_with(&keys, p, cancel)?.into(),

@@ -63,7 +63,11 @@ impl Entry {
         let sweep = match side["sweep"].as_str()? {
             "single" => Sweep::Single,
             "ef" => Sweep::Ef,
+            "rerank" => Sweep::Rerank,
             "nprobe" => Sweep::Nprobe {
+                nlist: usize::try_from(side["nlist"].as_u64()?).ok()?,
+            },
+            "nprobe-rerank" => Sweep::NprobeRerank {
                 nlist: usize::try_from(side["nlist"].as_u64()?).ok()?,
             },
             _ => return None,
@@ -98,7 +102,9 @@ impl Entry {
         let (sweep, nlist) = match built.sweep {
             Sweep::Single => ("single", None),
             Sweep::Ef => ("ef", None),
+            Sweep::Rerank => ("rerank", None),
             Sweep::Nprobe { nlist } => ("nprobe", Some(nlist)),
+            Sweep::NprobeRerank { nlist } => ("nprobe-rerank", Some(nlist)),
         };
         let side = serde_json::json!({
             "key": self.key,

@@ -57,9 +57,15 @@ pub enum Sweep {
     /// `--ef` (given for k = 100, scaled by k / 100 for other k); values below k run as
     /// `ef = k` with that beam width ([`SearchParams::beam`]).
     Ef,
+    /// `--ef` values of at least k (scaled as for `Ef`) as the candidates a scan on codes
+    /// re-ranks (`flat:codes=i8`).
+    Rerank,
     /// `--nprobe` values up to `nlist` (larger ones scan every list, as `nlist` does), or
     /// `nlist` alone when every value is larger.
     Nprobe { nlist: usize },
+    /// Every `Nprobe` value with every `Rerank` value (IVF lists scanned on codes: how many
+    /// lists, and how many candidates re-ranked).
+    NprobeRerank { nlist: usize },
 }
 
 impl Sweep {
@@ -93,6 +99,25 @@ impl Sweep {
                     })
                     .collect()
             }
+            Sweep::Rerank => {
+                let mut efs: Vec<usize> = Sweep::Ef
+                    .params(args, k)
+                    .iter()
+                    .filter_map(|p| p.ef.filter(|_| p.beam.is_none()))
+                    .collect();
+                if efs.is_empty() {
+                    efs.push(k);
+                }
+                efs.into_iter().map(SearchParams::with_ef).collect()
+            }
+            Sweep::NprobeRerank { nlist } => {
+                let reranks = Sweep::Rerank.params(args, k);
+                Sweep::Nprobe { nlist }
+                    .params(args, k)
+                    .into_iter()
+                    .flat_map(|p| reranks.iter().map(move |r| SearchParams { ef: r.ef, ..p }))
+                    .collect()
+            }
             Sweep::Nprobe { nlist } => {
                 let mut sweep: Vec<SearchParams> = args
                     .nprobe
@@ -111,8 +136,10 @@ impl Sweep {
     /// The sweep of an index kind.
     fn of(index: &AnyIndex) -> Self {
         match index {
-            AnyIndex::Flat(_) => Sweep::Single,
-            AnyIndex::Ivf(i) => Sweep::Nprobe { nlist: i.nlist() },
+            AnyIndex::Flat(f) if f.params().codes.is_none() => Sweep::Single,
+            AnyIndex::Flat(_) => Sweep::Rerank,
+            AnyIndex::Ivf(i) if i.params().codes.is_none() => Sweep::Nprobe { nlist: i.nlist() },
+            AnyIndex::Ivf(i) => Sweep::NprobeRerank { nlist: i.nlist() },
             _ => Sweep::Ef,
         }
     }

@@ -32,7 +32,7 @@ impl ReTopKSelector {
         let spec = if cfg.retopk_index {
             cfg.index.clone()
         } else {
-            qkindex::IndexSpec::Flat
+            qkindex::IndexSpec::Flat(qkindex::FlatParams::default())
         };
         let rest = build_rest(prefill, &spec)?;
         let keys = rest.keys().ok_or_else(|| {

@@ -1,0 +1,241 @@
+//! The scan on int8 codes with an exact re-rank (`flat:codes=i8`, issue 26).
+//!
+//! Every key's estimate is computed from codes laid out in interleaved groups of [`GROUP`] keys
+//! (one `vpdpbusd` per 4 dimensions of 16 keys, [`crate::metric::int8::I8Kernels::group_q8`],
+//! reading `dim + 8` bytes per key in one stream), the best `candidates` estimates are kept,
+//! and those are scored on the stored keys: the result keeps the contract of every search
+//! (exact scores, best first). At short contexts, where the codes of a head fit in cache, this
+//! costs less per query than any walk or list probe; at long ones it reads every code, and the
+//! graph's walk wins.
+
+use crate::error::Result;
+use crate::graph::codes::{rerank_exact, KeyCodes, Line, EMPTY_LINE};
+use crate::metric::int8::{i8_kernels, GROUP};
+use crate::scratch::{from_order_key, order_key, Scratch};
+use crate::search::SearchOutput;
+use crate::store::{KeyStore, Scorer};
+
+/// The codes of every key in interleaved groups of [`GROUP`], in id order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ScanCodes {
+    codes: KeyCodes,
+    lines: Vec<Line>,
+}
+
+impl ScanCodes {
+    /// The codes of every key of `keys`.
+    pub fn new(keys: &KeyStore) -> Self {
+        let mut scan = ScanCodes {
+            codes: KeyCodes::new(keys),
+            lines: Vec::new(),
+        };
+        let per = scan.codes.group_lines();
+        scan.lines = vec![EMPTY_LINE; scan.codes.len().div_ceil(GROUP) * per];
+        for id in 0..scan.codes.len() {
+            scan.write(id);
+        }
+        scan
+    }
+
+    /// Writes key `id`'s slot (its group exists).
+    fn write(&mut self, id: usize) {
+        let per = self.codes.group_lines();
+        let at = (id / GROUP) * per;
+        self.codes
+            .write_slot(&mut self.lines[at..at + per], id % GROUP, id as u32);
+    }
+
+    /// Appends the code of one more key. Errors: wrong dimension.
+    pub fn push(&mut self, key: &[f32]) -> Result<()> {
+        self.codes.push(key)?;
+        let id = self.codes.len() - 1;
+        if id.is_multiple_of(GROUP) {
+            let per = self.codes.group_lines();
+            self.lines.resize(self.lines.len() + per, EMPTY_LINE);
+        }
+        self.write(id);
+        Ok(())
+    }
+
+    /// Bytes held: the groups (`dim` rounded up to 4, plus 8, per key) and the key codes of the
+    /// entry scorer (`dim + 4` per key).
+    pub fn bytes(&self) -> usize {
+        self.lines.len() * std::mem::size_of::<Line>() + self.codes.bytes()
+    }
+
+    /// The best `k` keys for `query` by exact score (`exact` scores the same ids), from the best
+    /// `candidates` (at least `k`) by code estimate. `out.stats.code_estimates` counts the
+    /// estimates (every key), `distance_computations` the exact products.
+    pub fn search(
+        &self,
+        exact: &Scorer<'_>,
+        query: &[f32],
+        k: usize,
+        candidates: usize,
+        scratch: &mut Scratch,
+        out: &mut SearchOutput,
+    ) {
+        out.clear();
+        if k == 0 {
+            return;
+        }
+        let mut quant = std::mem::take(&mut scratch.quant);
+        self.codes.quantize_query(query, &mut quant);
+        quant.codes.resize(4 * self.codes.quads(), 0);
+        let n = self.codes.len();
+        let Scratch {
+            estimates,
+            sample,
+            picked,
+            ..
+        } = scratch;
+        estimates.resize(self.lines.len() / self.codes.group_lines() * GROUP, 0.0);
+        (i8_kernels().scan_q8)(
+            &quant,
+            bytemuck::cast_slice(&self.lines),
+            self.codes.quads(),
+            estimates,
+        );
+        top_ids(
+            &estimates[..n],
+            candidates.max(k),
+            sample,
+            picked,
+            &mut out.ids,
+        );
+        scratch.quant = quant;
+        out.stats.distance_computations = self.codes.len() as u64;
+        rerank_exact(exact, query, k, scratch, out);
+    }
+}
+
+/// Appends to `out` the ids of the `c` largest values of `est` (in no order; ties at the
+/// boundary broken arbitrarily). A threshold from every 16th value keeps about `1.25 c`
+/// candidates in one pass over `est` (lowered until at least `c` pass), and a selection among
+/// those picks `c`: no sort and no heap over all of `est`. Compiled for AVX-512 too (the
+/// 16-value tests become one comparison into a mask register), picked at run time.
+pub(crate) fn top_ids(
+    est: &[f32],
+    c: usize,
+    sample: &mut Vec<u32>,
+    picked: &mut Vec<u64>,
+    out: &mut Vec<u32>,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::graph::avx512_loops() {
+        // SAFETY: `avx512_loops` is true only when every feature that `top_ids_avx512`
+        // enables was detected on this CPU.
+        return unsafe { top_ids_avx512(est, c, sample, picked, out) };
+    }
+    top_ids_impl(est, c, sample, picked, out)
+}
+
+/// [`top_ids_impl`] compiled with AVX-512 (callers check the features first).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c,bmi1,bmi2,popcnt,lzcnt")]
+unsafe fn top_ids_avx512(
+    est: &[f32],
+    c: usize,
+    sample: &mut Vec<u32>,
+    picked: &mut Vec<u64>,
+    out: &mut Vec<u32>,
+) {
+    top_ids_impl(est, c, sample, picked, out)
+}
+
+#[inline(always)]
+fn top_ids_impl(
+    est: &[f32],
+    c: usize,
+    sample: &mut Vec<u32>,
+    picked: &mut Vec<u64>,
+    out: &mut Vec<u32>,
+) {
+    const STRIDE: usize = 16;
+    if c >= est.len() {
+        out.extend(0..est.len() as u32);
+        return;
+    }
+    let mut rank = (c + c / 4).div_ceil(STRIDE) + 2;
+    loop {
+        // Scores as order-preserving integers ([`order_key`]): selections compare integers.
+        sample.clear();
+        sample.extend(est.iter().step_by(STRIDE).map(|&e| order_key(e)));
+        let t = if rank >= sample.len() {
+            f32::NEG_INFINITY
+        } else {
+            from_order_key(*sample.select_nth_unstable_by(rank, |a, b| b.cmp(a)).1)
+        };
+        picked.clear();
+        // 16 values per test (one vectorised comparison); few blocks hold any.
+        for (b, block) in est.chunks(16).enumerate() {
+            let mut mask = block
+                .iter()
+                .enumerate()
+                .fold(0u32, |m, (i, &e)| m | (u32::from(e >= t) << i));
+            while mask != 0 {
+                let i = mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                picked.push(u64::from(order_key(block[i])) << 32 | (16 * b + i) as u64);
+            }
+        }
+        if picked.len() >= c || t == f32::NEG_INFINITY {
+            break;
+        }
+        rank *= 2;
+    }
+    if picked.len() > c {
+        picked.select_nth_unstable_by(c - 1, |a, b| b.cmp(a));
+        picked.truncate(c);
+    }
+    out.extend(picked.iter().map(|&x| x as u32));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flat::FlatIndex;
+    use crate::search::{AnnIndex, SearchParams};
+    use std::sync::Arc;
+
+    #[test]
+    fn scan_with_every_candidate_is_the_exact_top_k_and_pushes_extend_it() {
+        let (n, d) = (250usize, 12usize);
+        let data = crate::synth::ood(n + 40, 4, d, 5);
+        let keys = KeyStore::from_f32(data.keys[..n * d].to_vec(), d).expect("keys");
+        let mut scan = ScanCodes::new(&keys);
+        let mut all = keys.clone();
+        // 40 pushes: the last group fills, new ones open.
+        for key in data.keys[n * d..].chunks_exact(d) {
+            scan.push(key).expect("push");
+            all.push(key).expect("push");
+        }
+        assert!(scan.push(&[0.0; 3]).is_err());
+        // Every slot holds its own id, and nothing after the last key.
+        let per = scan.codes.group_lines();
+        assert_eq!(scan.lines.len(), (n + 40).div_ceil(GROUP) * per);
+        for id in 0..n + 40 {
+            let group = &scan.lines[(id / GROUP) * per..];
+            let ids: &[u32; GROUP] = bytemuck::cast_ref(&group[per - 1]);
+            assert_eq!(ids[id % GROUP], id as u32);
+        }
+        let flat = FlatIndex::new(Arc::new(all.clone()));
+        let scorer = all.scorer();
+        let mut scratch = Scratch::new(n + 40);
+        let mut out = SearchOutput::default();
+        for q in data.test_queries.chunks_exact(d).take(5) {
+            scan.search(&scorer, q, 10, n + 40, &mut scratch, &mut out);
+            let want = flat
+                .search(q, 10, &SearchParams::default(), &mut scratch)
+                .expect("flat");
+            assert_eq!(out.ids, want.ids);
+            assert_eq!(out.scores, want.scores);
+            assert_eq!(out.stats.code_estimates, (n + 40) as u64);
+            assert_eq!(out.stats.distance_computations, (n + 40) as u64);
+            scan.search(&scorer, q, 10, 30, &mut scratch, &mut out);
+            assert_eq!(out.stats.distance_computations, 30);
+            assert_eq!(out.ids.len(), 10);
+            assert!(out.scores.windows(2).all(|w| w[0] >= w[1]));
+        }
+    }
+}
