@@ -135,7 +135,9 @@ fn round_trip_every_kind_gives_identical_results() {
     let specs = [
         "flat:codes=i8",
         "flat:codes=i8,rerank=40",
+        "flat:codes=i4",
         "ivf:codes=i8",
+        "ivf:codes=i4",
         "attention:codes=i8-inline",
     ];
     for spec in specs {

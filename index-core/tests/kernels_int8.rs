@@ -305,3 +305,42 @@ fn group_kernel_extremes_do_not_overflow() {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Every set's 4-bit scan equals the scalar reference (any nibbles, dims padded to 8)
+    /// within the rounding of one fused multiply-add.
+    #[test]
+    fn scan_q4_matches_reference(
+        octets in 1usize..=40,
+        groups in 1usize..=3,
+        seed in 0u64..1000,
+    ) {
+        let mut rng = qkindex::synth::Rng::new(seed);
+        let mut qq = QuantQuery::default();
+        let qf: Vec<f32> = (0..8 * octets).map(|_| rng.normal()).collect();
+        qq.set(&qf);
+        qq.bias = -0.5;
+        let bytes = (octets + 2) * 4 * GROUP;
+        let mut all = vec![0u8; groups * bytes];
+        for g in 0..groups {
+            for (i, b) in all[g * bytes..g * bytes + 64 * octets].iter_mut().enumerate() {
+                *b = ((rng.normal() * 1000.0).abs() as usize % 256).wrapping_add(i) as u8;
+            }
+            for s in 0..GROUP {
+                let at = g * bytes + 64 * octets + 4 * s;
+                all[at..at + 4].copy_from_slice(&(0.25 + s as f32 * 0.5).to_le_bytes());
+            }
+        }
+        let mut want = vec![f32::NAN; groups * GROUP];
+        qkindex::metric::int8::scan_q4(&qq, &all, octets, &mut want);
+        for k in I8Kernels::available() {
+            let mut est = vec![f32::NAN; groups * GROUP];
+            (k.scan_q4)(&qq, &all, octets, &mut est);
+            for (i, (&e, &w)) in est.iter().zip(&want).enumerate() {
+                prop_assert!((e - w).abs() <= 1e-5 * (w.abs() + (w - qq.bias).abs()).max(1.0), "{} scan_q4 #{}: {} vs {}", k.isa, i, e, w);
+            }
+        }
+    }
+}

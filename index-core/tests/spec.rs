@@ -281,7 +281,8 @@ fn errors_name_the_bad_key_and_list_the_valid_ones() {
     for bad in [
         "flat:codes=i8-inline",
         "ivf:codes=i8-inline",
-        "flat:codes=i4",
+        "flat:codes=i2",
+        "attention:codes=i4",
     ] {
         assert_eq!(parse_err(bad).0, "codes", "{bad}");
     }
@@ -296,6 +297,7 @@ fn errors_name_the_bad_key_and_list_the_valid_ones() {
         })
     );
     assert_eq!(parse("ivf:codes=i8").to_string(), "ivf:codes=i8");
+    assert_eq!(parse("flat:codes=i4").to_string(), "flat:codes=i4");
     assert_eq!(
         parse("attention:codes=i8-inline").to_string(),
         "attention:codes=i8-inline"

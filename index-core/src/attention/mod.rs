@@ -160,8 +160,9 @@ impl AttentionIndex {
                 "must be non-empty ids below n",
             ));
         }
+        params.validate()?;
         let codes = match params.codes {
-            Codes::None => None,
+            Codes::None | Codes::I4 => None,
             Codes::I8 | Codes::I8Inline => Some(KeyCodes::new(&keys)),
         };
         let inline = match (&codes, params.codes) {

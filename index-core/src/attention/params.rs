@@ -56,15 +56,19 @@ pub enum Codes {
     /// ([`crate::graph::inline::search_inline`]; about `degree · (dim + 8)` more bytes per key).
     #[serde(rename = "i8-inline")]
     I8Inline,
+    /// 4-bit codes (the int8 codes rounded to 15 levels), for the scans (`flat`, `ivf`): half
+    /// the bytes, coarser estimates (re-rank more candidates).
+    I4,
 }
 
 impl Codes {
-    /// The spec name (`none`, `i8`, `i8-inline`).
+    /// The spec name (`none`, `i8`, `i8-inline`, `i4`).
     pub fn name(self) -> &'static str {
         match self {
             Codes::None => "none",
             Codes::I8 => "i8",
             Codes::I8Inline => "i8-inline",
+            Codes::I4 => "i4",
         }
     }
 
@@ -78,10 +82,10 @@ impl std::str::FromStr for Codes {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self> {
-        [Codes::None, Codes::I8, Codes::I8Inline]
+        [Codes::None, Codes::I8, Codes::I8Inline, Codes::I4]
             .into_iter()
             .find(|c| c.name() == s)
-            .ok_or_else(|| Error::invalid_param("codes", s, "expected none, i8 or i8-inline"))
+            .ok_or_else(|| Error::invalid_param("codes", s, "expected none, i8, i8-inline or i4"))
     }
 }
 
@@ -269,6 +273,13 @@ impl AttentionParams {
     pub fn validate(&self) -> Result<()> {
         if self.kq == 0 {
             return Err(Error::invalid_param("kq", self.kq, "must be at least 1"));
+        }
+        if self.codes == Codes::I4 {
+            return Err(Error::invalid_param(
+                "codes",
+                self.codes.name(),
+                "4-bit codes are for the scans (flat, ivf); a walk takes none, i8 or i8-inline",
+            ));
         }
         if self.max_degree == 0 {
             return Err(Error::invalid_param(

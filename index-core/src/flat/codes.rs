@@ -9,8 +9,8 @@
 //! graph's walk wins.
 
 use crate::error::Result;
-use crate::graph::codes::{rerank_exact, KeyCodes, Line, EMPTY_LINE};
-use crate::metric::int8::{i8_kernels, GROUP};
+use crate::graph::codes::{rerank_exact, KeyCodes, Line, Width};
+use crate::metric::int8::GROUP;
 use crate::scratch::{from_order_key, order_key, Scratch};
 use crate::search::SearchOutput;
 use crate::store::{KeyStore, Scorer};
@@ -19,18 +19,20 @@ use crate::store::{KeyStore, Scorer};
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ScanCodes {
     codes: KeyCodes,
+    width: Width,
     lines: Vec<Line>,
 }
 
 impl ScanCodes {
-    /// The codes of every key of `keys`.
-    pub fn new(keys: &KeyStore) -> Self {
+    /// The codes of every key of `keys` in groups of width `width`.
+    pub(crate) fn new(keys: &KeyStore, width: Width) -> Self {
+        let codes = KeyCodes::new(keys);
+        let lines = codes.empty_groups(width, codes.len().div_ceil(GROUP));
         let mut scan = ScanCodes {
-            codes: KeyCodes::new(keys),
-            lines: Vec::new(),
+            codes,
+            width,
+            lines,
         };
-        let per = scan.codes.group_lines();
-        scan.lines = vec![EMPTY_LINE; scan.codes.len().div_ceil(GROUP) * per];
         for id in 0..scan.codes.len() {
             scan.write(id);
         }
@@ -39,10 +41,14 @@ impl ScanCodes {
 
     /// Writes key `id`'s slot (its group exists).
     fn write(&mut self, id: usize) {
-        let per = self.codes.group_lines();
+        let per = self.codes.lines_per_group(self.width);
         let at = (id / GROUP) * per;
-        self.codes
-            .write_slot(&mut self.lines[at..at + per], id % GROUP, id as u32);
+        self.codes.write_slot_as(
+            self.width,
+            &mut self.lines[at..at + per],
+            id % GROUP,
+            id as u32,
+        );
     }
 
     /// Appends the code of one more key. Errors: wrong dimension.
@@ -50,15 +56,14 @@ impl ScanCodes {
         self.codes.push(key)?;
         let id = self.codes.len() - 1;
         if id.is_multiple_of(GROUP) {
-            let per = self.codes.group_lines();
-            self.lines.resize(self.lines.len() + per, EMPTY_LINE);
+            self.lines.extend(self.codes.empty_groups(self.width, 1));
         }
         self.write(id);
         Ok(())
     }
 
-    /// Bytes held: the groups (`dim` rounded up to 4, plus 8, per key) and the key codes of the
-    /// entry scorer (`dim + 4` per key).
+    /// Bytes held: the groups (`dim` rounded up to 4, plus 8, per key at int8; half the codes
+    /// at int4) and the int8 key codes they are made from (`dim + 4` per key).
     pub fn bytes(&self) -> usize {
         self.lines.len() * std::mem::size_of::<Line>() + self.codes.bytes()
     }
@@ -80,8 +85,7 @@ impl ScanCodes {
             return;
         }
         let mut quant = std::mem::take(&mut scratch.quant);
-        self.codes.quantize_query(query, &mut quant);
-        quant.codes.resize(4 * self.codes.quads(), 0);
+        self.codes.quantize_query_as(self.width, query, &mut quant);
         let n = self.codes.len();
         let Scratch {
             estimates,
@@ -89,13 +93,10 @@ impl ScanCodes {
             picked,
             ..
         } = scratch;
-        estimates.resize(self.lines.len() / self.codes.group_lines() * GROUP, 0.0);
-        (i8_kernels().scan_q8)(
-            &quant,
-            bytemuck::cast_slice(&self.lines),
-            self.codes.quads(),
-            estimates,
-        );
+        let per = self.codes.lines_per_group(self.width);
+        estimates.resize(self.lines.len() / per * GROUP, 0.0);
+        self.codes
+            .scan_as(self.width, &quant, &self.lines, estimates);
         top_ids(
             &estimates[..n],
             candidates.max(k),
@@ -200,10 +201,16 @@ mod tests {
 
     #[test]
     fn scan_with_every_candidate_is_the_exact_top_k_and_pushes_extend_it() {
+        for width in [Width::I8, Width::I4] {
+            scan_at(width);
+        }
+    }
+
+    fn scan_at(width: Width) {
         let (n, d) = (250usize, 12usize);
         let data = crate::synth::ood(n + 40, 4, d, 5);
         let keys = KeyStore::from_f32(data.keys[..n * d].to_vec(), d).expect("keys");
-        let mut scan = ScanCodes::new(&keys);
+        let mut scan = ScanCodes::new(&keys, width);
         let mut all = keys.clone();
         // 40 pushes: the last group fills, new ones open.
         for key in data.keys[n * d..].chunks_exact(d) {
@@ -212,7 +219,7 @@ mod tests {
         }
         assert!(scan.push(&[0.0; 3]).is_err());
         // Every slot holds its own id, and nothing after the last key.
-        let per = scan.codes.group_lines();
+        let per = scan.codes.lines_per_group(width);
         assert_eq!(scan.lines.len(), (n + 40).div_ceil(GROUP) * per);
         for id in 0..n + 40 {
             let group = &scan.lines[(id / GROUP) * per..];
@@ -236,6 +243,39 @@ mod tests {
             assert_eq!(out.stats.distance_computations, 30);
             assert_eq!(out.ids.len(), 10);
             assert!(out.scores.windows(2).all(|w| w[0] >= w[1]));
+        }
+    }
+
+    /// 4-bit estimates differ from the int8 ones by at most the 4-bit rounding: half a step of
+    /// 127/7 int8 units (plus the int8 code's own half unit) per dimension, weighted by |q'_i|.
+    #[test]
+    fn int4_estimates_stay_within_the_rounding_bound_of_int8() {
+        let (n, d) = (100usize, 20usize);
+        let data = crate::synth::ood(n, 4, d, 11);
+        let keys = KeyStore::from_f32(data.keys.clone(), d).expect("keys");
+        let (s8, s4) = (
+            ScanCodes::new(&keys, Width::I8),
+            ScanCodes::new(&keys, Width::I4),
+        );
+        for q in data.test_queries.chunks_exact(d) {
+            let (mut q8, mut q4) = (Default::default(), Default::default());
+            s8.codes.quantize_query_as(Width::I8, q, &mut q8);
+            s4.codes.quantize_query_as(Width::I4, q, &mut q4);
+            let mut e8 = vec![0.0; s8.lines.len() / s8.codes.lines_per_group(Width::I8) * GROUP];
+            let mut e4 = vec![0.0; s4.lines.len() / s4.codes.lines_per_group(Width::I4) * GROUP];
+            s8.codes.scan_as(Width::I8, &q8, &s8.lines, &mut e8);
+            s4.codes.scan_as(Width::I4, &q4, &s4.lines, &mut e4);
+            let weight: f32 = q8.codes.iter().map(|&c| f32::from(c).abs()).sum();
+            for id in 0..n {
+                let (_, scale) = s8.codes.code(id as u32);
+                let bound = q8.scale * scale * weight * (127.0 / 14.0 + 0.5) * 1.001 + 1e-4;
+                assert!(
+                    (e4[id] - e8[id]).abs() <= bound,
+                    "key {id}: {} vs {} (bound {bound})",
+                    e4[id],
+                    e8[id]
+                );
+            }
         }
     }
 }

@@ -7,6 +7,7 @@ mod codes;
 
 pub(crate) use codes::top_ids;
 pub use codes::ScanCodes;
+pub(crate) use width as code_width;
 
 use crate::attention::Codes;
 use crate::error::{Error, Result};
@@ -18,8 +19,8 @@ use std::sync::Arc;
 /// Build parameters of [`FlatIndex`]: the exact scan (the default), or the scan on codes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FlatParams {
-    /// Scan int8 codes (`i8`) and re-rank the best candidates on the stored keys, or scan the
-    /// stored keys (`none`). `i8-inline` has no meaning here (no adjacency).
+    /// Scan int8 (`i8`) or 4-bit (`i4`) codes and re-rank the best candidates on the stored
+    /// keys, or scan the stored keys (`none`). `i8-inline` has no meaning here (no adjacency).
     #[serde(default, skip_serializing_if = "Codes::is_none")]
     pub codes: Codes,
     /// Candidates re-ranked after a scan on codes when a search does not set `ef` (at least
@@ -32,6 +33,16 @@ fn is_zero(x: &usize) -> bool {
     *x == 0
 }
 
+/// The group width of a scan's `codes` (`None`: the exact scan).
+pub(crate) fn width(codes: Codes) -> Option<crate::graph::codes::Width> {
+    use crate::graph::codes::Width;
+    match codes {
+        Codes::None | Codes::I8Inline => None,
+        Codes::I8 => Some(Width::I8),
+        Codes::I4 => Some(Width::I4),
+    }
+}
+
 impl FlatParams {
     /// Errors: `codes=i8-inline`, or `rerank` without codes ([`Error::InvalidParam`]).
     pub fn validate(&self) -> Result<()> {
@@ -39,7 +50,7 @@ impl FlatParams {
             return Err(Error::invalid_param(
                 "codes",
                 self.codes.name(),
-                "a flat index has no adjacency: expected none or i8",
+                "a flat index has no adjacency: expected none, i8 or i4",
             ));
         }
         if self.rerank > 0 && self.codes == Codes::None {
@@ -79,7 +90,7 @@ impl FlatIndex {
     /// Errors: invalid params ([`FlatParams::validate`]).
     pub fn with_params(keys: Arc<KeyStore>, params: &FlatParams) -> Result<Self> {
         params.validate()?;
-        let codes = (params.codes != Codes::None).then(|| ScanCodes::new(&keys));
+        let codes = width(params.codes).map(|w| ScanCodes::new(&keys, w));
         Ok(FlatIndex {
             keys,
             params: *params,

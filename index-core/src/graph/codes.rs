@@ -124,6 +124,88 @@ impl KeyCodes {
 
 // ---------------------------------------------------------------- interleaved groups
 
+/// The width of the codes in interleaved groups: int8 (4 dimensions per line,
+/// [`crate::metric::int8::group_q8`]) or int4 (8 per line, [`crate::metric::int8::scan_q4`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Width {
+    #[default]
+    I8,
+    I4,
+}
+
+/// A line of empty int4 slots: code 0 (nibble 8) in every dimension.
+const EMPTY_LINE4: Line = Line([0x88; 64]);
+
+impl KeyCodes {
+    /// Lines of codes per group at width `w`.
+    pub(crate) fn code_lines(&self, w: Width) -> usize {
+        match w {
+            Width::I8 => self.dim.div_ceil(4),
+            Width::I4 => self.dim.div_ceil(8),
+        }
+    }
+
+    /// Lines per group at width `w`: the codes, the [`GROUP`] scales, the [`GROUP`] ids.
+    pub(crate) fn lines_per_group(&self, w: Width) -> usize {
+        self.code_lines(w) + 2
+    }
+
+    /// `groups` empty groups at width `w` (every slot code 0).
+    pub(crate) fn empty_groups(&self, w: Width, groups: usize) -> Vec<Line> {
+        let (codes, per) = (self.code_lines(w), self.lines_per_group(w));
+        let empty = if w == Width::I4 {
+            EMPTY_LINE4
+        } else {
+            EMPTY_LINE
+        };
+        let mut lines = vec![empty; groups * per];
+        for g in 0..groups {
+            lines[g * per + codes..(g + 1) * per].fill(Line([0; 64]));
+        }
+        lines
+    }
+
+    /// [`KeyCodes::write_slot`] at width `w`. At int4 a key's int8 code `c` becomes
+    /// `round(7c / 127)` (in `-7..=7`, stored as `+ 8`) and its scale `127 / 7` times larger.
+    pub(crate) fn write_slot_as(&self, w: Width, group: &mut [Line], slot: usize, id: u32) {
+        if w == Width::I8 {
+            return self.write_slot(group, slot, id);
+        }
+        let octets = self.code_lines(w);
+        let (code, scale) = self.code(id);
+        for (i, &c) in code.iter().enumerate() {
+            let n = ((f32::from(c) * 7.0 / 127.0).round() as i32 + 8) as u8;
+            let byte = &mut group[i / 8].0[4 * slot + i % 4];
+            if i % 8 < 4 {
+                *byte = (*byte & 0xf0) | n;
+            } else {
+                *byte = (*byte & 0x0f) | (n << 4);
+            }
+        }
+        let scales: &mut [f32; GROUP] = bytemuck::cast_mut(&mut group[octets]);
+        scales[slot] = scale * (127.0 / 7.0);
+        let ids: &mut [u32; GROUP] = bytemuck::cast_mut(&mut group[octets + 1]);
+        ids[slot] = id;
+    }
+
+    /// Quantizes `query` for groups at width `w` (padded to their dimensions).
+    pub(crate) fn quantize_query_as(&self, w: Width, query: &[f32], quant: &mut QuantQuery) {
+        self.quantize_query(query, quant);
+        let per_line = if w == Width::I4 { 8 } else { 4 };
+        quant.codes.resize(per_line * self.code_lines(w), 0);
+    }
+
+    /// The estimates of whole consecutive groups at width `w` into `out` (16 per group).
+    pub(crate) fn scan_as(&self, w: Width, quant: &QuantQuery, groups: &[Line], out: &mut [f32]) {
+        let k = i8_kernels();
+        let bytes = bytemuck::cast_slice(groups);
+        match w {
+            Width::I8 => (k.scan_q8)(quant, bytes, self.code_lines(w), out),
+            Width::I4 => (k.scan_q4)(quant, bytes, self.code_lines(w), out),
+        }
+    }
+}
+
 /// Where [`scan_groups`] sends the estimates of each group.
 pub(crate) trait GroupSink {
     /// Estimates at or below this are not wanted (read once per group).
@@ -146,11 +228,6 @@ impl KeyCodes {
     /// Lines of codes per group (`⌈dim / 4⌉`).
     pub(crate) fn quads(&self) -> usize {
         self.dim.div_ceil(4)
-    }
-
-    /// Lines per group: the codes, then the [`GROUP`] scales, then the [`GROUP`] ids.
-    pub(crate) fn group_lines(&self) -> usize {
-        self.quads() + 2
     }
 
     /// Writes key `id` (`< len()`) into slot `slot` of `group` (`group_lines()` lines, made of

@@ -7,8 +7,8 @@
 //! the contract of every search: exact scores of the store, best first.
 
 use crate::flat::top_ids;
-use crate::graph::codes::{KeyCodes, Line, EMPTY_LINE};
-use crate::metric::int8::{i8_kernels, GROUP};
+use crate::graph::codes::{KeyCodes, Line, Width};
+use crate::metric::int8::GROUP;
 use crate::scratch::Scratch;
 use crate::store::KeyStore;
 
@@ -16,6 +16,7 @@ use crate::store::KeyStore;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ListCodes {
     codes: KeyCodes,
+    width: Width,
     lines: Vec<Line>,
     /// List `l` is groups `first[l]..first[l + 1]` (`nlist + 1` entries).
     first: Vec<u32>,
@@ -24,9 +25,9 @@ pub struct ListCodes {
 impl ListCodes {
     /// The codes of `lists` (the keys in list order) for the lists bounded by `offsets`
     /// (clamped as searches clamp them, so an unverified file's offsets stay inside `lists`).
-    pub fn new(lists: &KeyStore, offsets: &[u32]) -> Self {
+    pub(crate) fn new(lists: &KeyStore, offsets: &[u32], width: Width) -> Self {
         let codes = KeyCodes::new(lists);
-        let (n, per) = (codes.len(), codes.group_lines());
+        let (n, per) = (codes.len(), codes.lines_per_group(width));
         let mut first = Vec::with_capacity(offsets.len());
         let mut lines = Vec::new();
         first.push(0u32);
@@ -34,15 +35,16 @@ impl ListCodes {
             let (s, e) = list_range(offsets, l, n);
             let groups = (e - s).div_ceil(GROUP);
             let at = lines.len();
-            lines.resize(at + groups * per, EMPTY_LINE);
+            lines.extend(codes.empty_groups(width, groups));
             for (i, p) in (s..e).enumerate() {
                 let g = at + (i / GROUP) * per;
-                codes.write_slot(&mut lines[g..g + per], i % GROUP, p as u32);
+                codes.write_slot_as(width, &mut lines[g..g + per], i % GROUP, p as u32);
             }
             first.push((lines.len() / per) as u32);
         }
         ListCodes {
             codes,
+            width,
             lines,
             first,
         }
@@ -66,11 +68,7 @@ impl ListCodes {
         scratch: &mut Scratch,
         out: &mut Vec<u32>,
     ) -> usize {
-        let (n, per, quads) = (
-            self.codes.len(),
-            self.codes.group_lines(),
-            self.codes.quads(),
-        );
+        let (n, per) = (self.codes.len(), self.codes.lines_per_group(self.width));
         let Scratch {
             quant,
             estimates,
@@ -79,9 +77,7 @@ impl ListCodes {
             picked,
             ..
         } = scratch;
-        self.codes.quantize_query(query, quant);
-        quant.codes.resize(4 * quads, 0);
-        let scan_q8 = i8_kernels().scan_q8;
+        self.codes.quantize_query_as(self.width, query, quant);
         estimates.clear();
         positions.clear();
         for &l in probe {
@@ -93,10 +89,10 @@ impl ListCodes {
             let (g0, g1) = (self.first[l] as usize, self.first[l + 1] as usize);
             let at = estimates.len();
             estimates.resize(at + (g1 - g0) * GROUP, 0.0);
-            scan_q8(
+            self.codes.scan_as(
+                self.width,
                 quant,
-                bytemuck::cast_slice(&self.lines[g0 * per..g1 * per]),
-                quads,
+                &self.lines[g0 * per..g1 * per],
                 &mut estimates[at..],
             );
             // The padding of the list's last group goes.

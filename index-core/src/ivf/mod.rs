@@ -159,7 +159,8 @@ impl IvfIndex {
             total_s: start.elapsed().as_secs_f64(),
         };
         let lists = Arc::new(lists);
-        let codes = (!params.codes.is_none()).then(|| ListCodes::new(&lists, &offsets));
+        let codes =
+            crate::flat::code_width(params.codes).map(|w| ListCodes::new(&lists, &offsets, w));
         Ok(IvfIndex {
             dim,
             centroids,
@@ -221,7 +222,7 @@ impl IvfIndex {
                 format!("must start at 0 and end at n = {n}"),
             ));
         }
-        let codes = (!params.codes.is_none()).then(|| ListCodes::new(&lists, o));
+        let codes = crate::flat::code_width(params.codes).map(|w| ListCodes::new(&lists, o, w));
         Ok(IvfIndex {
             dim,
             centroids,

@@ -25,8 +25,8 @@ pub struct IvfParams {
     pub seed: u64,
     /// `nprobe` of searches that do not set one.
     pub default_nprobe: usize,
-    /// Scan the lists on int8 codes (`i8`) and re-rank the best candidates on the keys, or
-    /// scan the keys (`none`, the default). `i8-inline` has no meaning here.
+    /// Scan the lists on int8 (`i8`) or 4-bit (`i4`) codes and re-rank the best candidates on
+    /// the keys, or scan the keys (`none`, the default). `i8-inline` has no meaning here.
     #[serde(default, skip_serializing_if = "Codes::is_none")]
     pub codes: Codes,
     /// Candidates re-ranked after a scan on codes when a search does not set `ef` (at least
@@ -85,7 +85,7 @@ impl IvfParams {
             return Err(Error::invalid_param(
                 "codes",
                 self.codes.name(),
-                "an IVF index has no adjacency: expected none or i8",
+                "an IVF index has no adjacency: expected none, i8 or i4",
             ));
         }
         if self.rerank > 0 && self.codes.is_none() {

@@ -37,6 +37,8 @@ pub type GroupQ8 = fn(&[i8], &[u8], &mut [i32; GROUP]);
 /// query.estimate(Σ_i query.codes_i · code(g, s, i), scale(g, s))` for every group `g` of
 /// `groups` (whole groups; `out` holds `16 ·` their count).
 pub type ScanQ8 = fn(&QuantQuery, &[u8], usize, &mut [f32]);
+/// [`ScanQ8`] for 4-bit codes ([`scan_q4`]): groups of `octets + 2` lines.
+pub type ScanQ4 = fn(&QuantQuery, &[u8], usize, &mut [f32]);
 
 /// Rows per interleaved group of [`I8Kernels::group_q8`] (one AVX-512 register of i32 sums).
 pub const GROUP: usize = 16;
@@ -54,6 +56,7 @@ pub struct I8Kernels {
     pub gather_q8: GatherQ8,
     pub group_q8: GroupQ8,
     pub scan_q8: ScanQ8,
+    pub scan_q4: ScanQ4,
 }
 
 impl I8Kernels {
@@ -68,6 +71,7 @@ impl I8Kernels {
             gather_q8,
             group_q8,
             scan_q8,
+            scan_q4,
         }
     }
 
@@ -247,6 +251,33 @@ pub fn group_q8(q: &[i8], group: &[u8], out: &mut [i32; GROUP]) {
 /// The reference of [`I8Kernels::scan_q8`]: [`group_q8`] per group, then the estimates.
 pub fn scan_q8(query: &QuantQuery, groups: &[u8], quads: usize, out: &mut [f32]) {
     scan_groups_with(group_q8, query, groups, quads, out)
+}
+
+/// The reference of [`I8Kernels::scan_q4`]: 4-bit codes in groups of [`GROUP`] keys, 8
+/// dimensions per 64-byte line. Byte `4·s + b` of line `j` (for `GROUP = 16`) holds dimension
+/// `8·j + b` of key `s` in its low nibble and dimension `8·j + 4 + b` in its high nibble, each
+/// stored as `code + 8` (codes in `-7..=7`); after the `octets` lines come the 16 scales and the
+/// 16 ids. `out[16·g + s] = query.estimate(Σ_i query.codes_i · code(g, s, i), scale(g, s))`
+/// (`query.codes` padded to `8 · octets`).
+pub fn scan_q4(query: &QuantQuery, groups: &[u8], octets: usize, out: &mut [f32]) {
+    let bytes = (octets + 2) * 4 * GROUP;
+    let q = &query.codes;
+    for (group, est) in groups.chunks_exact(bytes).zip(out.chunks_exact_mut(GROUP)) {
+        let (codes, rest) = group.split_at(octets * 4 * GROUP);
+        for (s, (e, scale)) in est.iter_mut().zip(rest.chunks_exact(4)).enumerate() {
+            let mut dot = 0i32;
+            for (j, line) in codes.chunks_exact(4 * GROUP).enumerate() {
+                for b in 0..4 {
+                    let byte = line[4 * s + b];
+                    let (lo, hi) = (i32::from(byte & 15) - 8, i32::from(byte >> 4) - 8);
+                    dot += lo * i32::from(q.get(8 * j + b).copied().unwrap_or(0));
+                    dot += hi * i32::from(q.get(8 * j + 4 + b).copied().unwrap_or(0));
+                }
+            }
+            let scale = f32::from_le_bytes([scale[0], scale[1], scale[2], scale[3]]);
+            *e = query.estimate(dot, scale);
+        }
+    }
 }
 
 /// [`scan_q8`] over any [`GroupQ8`] kernel (the sets without a fused scan use it).

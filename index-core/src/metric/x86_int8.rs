@@ -13,7 +13,7 @@ use std::arch::x86_64::*;
 /// An [`I8Kernels`] of the named functions. The closures call `#[target_feature]` functions, so
 /// it may only be used after detecting their features (each use says which were detected).
 macro_rules! kernel_set {
-    ($isa:literal, $dot:ident, $gather:ident, $range:ident, $dot_q8:ident, $gather_q8:ident, $group_q8:ident, $scan_q8:ident) => {
+    ($isa:literal, $dot:ident, $gather:ident, $range:ident, $dot_q8:ident, $gather_q8:ident, $group_q8:ident, $scan_q8:ident, $scan_q4:path) => {
         I8Kernels {
             isa: $isa,
             // SAFETY: the macro is used only after detecting the functions' features.
@@ -30,6 +30,9 @@ macro_rules! kernel_set {
             group_q8: |q, g, o| unsafe { $group_q8(q, g, o) },
             // SAFETY: the macro is used only after detecting the functions' features.
             scan_q8: |q, g, quads, o| unsafe { $scan_q8(q, g, quads, o) },
+            // SAFETY: the macro is used only after detecting the functions' features.
+            #[allow(unused_unsafe)]
+            scan_q4: |q, g, octets, o| unsafe { $scan_q4(q, g, octets, o) },
         }
     };
 }
@@ -50,7 +53,8 @@ pub(super) fn available() -> Vec<I8Kernels> {
             dot_q8_vnni512,
             gather_q8_vnni512,
             group_q8_vnni512,
-            scan_q8_vnni512
+            scan_q8_vnni512,
+            scan_q4_vnni512
         ));
     }
     if avx512 {
@@ -63,7 +67,8 @@ pub(super) fn available() -> Vec<I8Kernels> {
             dot_q8_avx2,
             gather_q8_avx2,
             group_q8_avx2,
-            scan_q8_avx2
+            scan_q8_avx2,
+            super::int8::scan_q4
         ));
     }
     if avx2 && is_x86_feature_detected!("avxvnni") {
@@ -76,7 +81,8 @@ pub(super) fn available() -> Vec<I8Kernels> {
             dot_q8_vnni256,
             gather_q8_vnni256,
             group_q8_vnni256,
-            scan_q8_vnni256
+            scan_q8_vnni256,
+            super::int8::scan_q4
         ));
     }
     if avx2 {
@@ -89,7 +95,8 @@ pub(super) fn available() -> Vec<I8Kernels> {
             dot_q8_avx2,
             gather_q8_avx2,
             group_q8_avx2,
-            scan_q8_avx2
+            scan_q8_avx2,
+            super::int8::scan_q4
         ));
     }
     out
@@ -439,6 +446,50 @@ unsafe fn scan_q8_vnni512(query: &QuantQuery, groups: &[u8], quads: usize, out: 
                 bias,
             );
             let scales = _mm512_loadu_ps(pg.add(64 * quads).cast());
+            let est = _mm512_fmadd_ps(
+                _mm512_mul_ps(qscale, scales),
+                _mm512_cvtepi32_ps(dots),
+                qbias,
+            );
+            _mm512_storeu_ps(out.as_mut_ptr().add(GROUP * g), est);
+        }
+    }
+}
+
+/// [`super::int8::scan_q4`] with AVX-512 VNNI: each line's low and high nibbles are 4
+/// dimensions of all 16 keys (`code + 8`, unsigned), one `vpdpbusd` each; the `8 Σ q` the
+/// offset adds is subtracted at the end.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
+unsafe fn scan_q4_vnni512(query: &QuantQuery, groups: &[u8], octets: usize, out: &mut [f32]) {
+    let bytes = (octets + 2) * 64;
+    let count = (groups.len() / bytes).min(out.len() / GROUP);
+    let q = &query.codes[..(8 * octets).min(query.codes.len())];
+    let octets = q.len() / 8;
+    let sum: i32 = q.iter().map(|&x| i32::from(x)).sum();
+    let pq = q.as_ptr();
+    let bias = _mm512_set1_epi32(8 * sum);
+    let low = _mm512_set1_epi8(15);
+    let qscale = _mm512_set1_ps(query.scale);
+    let qbias = _mm512_set1_ps(query.bias);
+    // SAFETY: group g spans groups[g·bytes..(g+1)·bytes] (g < count ≤ groups.len() / bytes):
+    // its codes are the first `octets` lines and its scales the next; octet j reads
+    // q[8j..8j+8] (j < octets = q.len() / 8); the store writes out[16g..16g+16]
+    // (g < out.len() / 16).
+    unsafe {
+        for g in 0..count {
+            let pg = groups.as_ptr().add(g * bytes);
+            let (mut a0, mut a1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+            for j in 0..octets {
+                let line = _mm512_loadu_si512(pg.add(64 * j).cast());
+                let lo = _mm512_and_si512(line, low);
+                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(line), low);
+                let x0 = std::ptr::read_unaligned(pq.add(8 * j).cast::<i32>());
+                let x1 = std::ptr::read_unaligned(pq.add(8 * j + 4).cast::<i32>());
+                a0 = _mm512_dpbusd_epi32(a0, lo, _mm512_set1_epi32(x0));
+                a1 = _mm512_dpbusd_epi32(a1, hi, _mm512_set1_epi32(x1));
+            }
+            let dots = _mm512_sub_epi32(_mm512_add_epi32(a0, a1), bias);
+            let scales = _mm512_loadu_ps(pg.add(64 * octets).cast());
             let est = _mm512_fmadd_ps(
                 _mm512_mul_ps(qscale, scales),
                 _mm512_cvtepi32_ps(dots),
