@@ -57,7 +57,7 @@ impl ListCodes {
     }
 
     /// Estimates every key of the lists `probe` (list numbers; `offsets` as for
-    /// [`ListCodes::new`]) and writes into `out` the list positions of the best `candidates`
+    /// the build) and writes into `out` the list positions of the best `candidates`
     /// (in no order). Returns the number of estimates (the keys of the probed lists).
     pub fn candidates(
         &self,
