@@ -39,7 +39,7 @@ pub use pool_knn::PooledKnn;
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::graph::codes::{search_codes, KeyCodes};
-use crate::graph::inline::{search_inline, InlineCodes};
+use crate::graph::inline::InlineCodes;
 use crate::graph::{beam_search, BeamSettings, Csr, Neighbors};
 use crate::knn::KnnBackend;
 use crate::scratch::Scratch;
@@ -262,21 +262,11 @@ impl AnnIndex for AttentionIndex {
         let settings = BeamSettings::for_search(params, k, self.params.default_ef)?;
         let scorer = self.keys.scorer();
         let entries: [&[u32]; 2] = [&self.entries, seeds];
-        match (&self.codes, &self.inline) {
-            (Some(codes), Some(inline)) => search_inline(
-                inline,
-                codes,
-                &scorer,
-                query,
-                &entries,
-                &settings,
-                self.params.rerank,
-                scratch,
-                out,
-            ),
-            (Some(codes), None) => search_codes(
+        match &self.codes {
+            Some(codes) => search_codes(
                 &self.graph,
                 codes,
+                self.inline.as_ref(),
                 &scorer,
                 query,
                 &entries,
@@ -285,7 +275,7 @@ impl AnnIndex for AttentionIndex {
                 scratch,
                 out,
             ),
-            (None, _) => beam_search(
+            None => beam_search(
                 &self.graph,
                 &scorer,
                 query,

@@ -53,7 +53,7 @@ pub enum Codes {
     I8,
     /// The same codes also stored inline with the adjacency: each node's block holds its
     /// neighbours' codes, estimated together from one contiguous read
-    /// ([`crate::graph::inline::search_inline`]; about `degree · (dim + 8)` more bytes per key).
+    /// ([`crate::graph::inline::InlineCodes`]; about `degree · (dim + 8)` more bytes per key).
     #[serde(rename = "i8-inline")]
     I8Inline,
     /// 4-bit codes (the int8 codes rounded to 15 levels), for the scans (`flat`, `ivf`): half

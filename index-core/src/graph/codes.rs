@@ -12,7 +12,8 @@
 //! keep the contract of every search (exact scores of the store, best first). Stats count the
 //! estimates in `code_estimates` and the exact products in `distance_computations`.
 
-use super::search::{beam_search_by, BeamSettings, Estimate};
+use super::inline::InlineCodes;
+use super::search::{beam_search_by, walk, BeamSettings, Estimate};
 use super::Neighbors;
 use crate::error::{Error, Result};
 use crate::metric::affine::Affine;
@@ -303,12 +304,17 @@ impl Estimate for CodeScorer<'_> {
 /// with `exact`; writes the best `settings.k` of them into `out`, exact scores best first.
 /// `out.stats.code_estimates` counts the estimates, `distance_computations` the exact products.
 ///
+/// With `inline` (the blocks of `graph` made from `codes`), each expanded node's neighbours are
+/// estimated from its block ([`InlineCodes`]), every one counted; else the walk gathers the codes
+/// of the unvisited ones.
+///
 /// `codes` must code the keys `exact` scores (the same ids); ids at or beyond either are
 /// skipped by the traversal as in [`super::beam_search`].
 #[allow(clippy::too_many_arguments)]
 pub fn search_codes<G: Neighbors + ?Sized>(
     graph: &G,
     codes: &KeyCodes,
+    inline: Option<&InlineCodes>,
     exact: &Scorer<'_>,
     query: &[f32],
     entries: &[&[u32]],
@@ -318,14 +324,25 @@ pub fn search_codes<G: Neighbors + ?Sized>(
     out: &mut SearchOutput,
 ) {
     let mut quant = std::mem::take(&mut scratch.quant);
-    codes.quantize_query(query, &mut quant);
+    codes.quantize_query_as(Width::I8, query, &mut quant);
     let candidates = if rerank == 0 { settings.ef } else { rerank }.max(settings.k);
-    let est = codes.scorer(&quant, i8_kernels());
     let traversal = BeamSettings {
         k: candidates,
         ..*settings
     };
-    beam_search_by(graph, &est, entries, &traversal, scratch, out);
+    match inline {
+        Some(inline) => walk(
+            &inline.walk(codes, &quant),
+            entries,
+            &traversal,
+            scratch,
+            out,
+        ),
+        None => {
+            let est = codes.scorer(&quant, i8_kernels());
+            beam_search_by(graph, &est, entries, &traversal, scratch, out)
+        }
+    }
     scratch.quant = quant;
     rerank_exact(exact, query, settings.k, scratch, out);
 }
@@ -385,40 +402,50 @@ mod tests {
         let (mut out, mut plain) = (SearchOutput::default(), SearchOutput::default());
         let q = &data.test_queries[..16];
         let settings = BeamSettings::new(400, 10);
-        search_codes(
-            &g,
-            &codes,
-            &scorer,
-            q,
-            &[&[0]],
-            &settings,
-            0,
-            &mut scratch,
-            &mut out,
-        );
+        let inline = InlineCodes::new(&g, &codes);
         beam_search(&g, &scorer, q, &[&[0]], &settings, &mut scratch, &mut plain);
-        // ef = n: every key is estimated and re-ranked, so the result is the exact top-10.
-        assert_eq!(out.ids, plain.ids);
-        assert_eq!(out.scores, plain.scores);
-        assert_eq!(out.stats.code_estimates, 400);
-        assert_eq!(out.stats.distance_computations, 400);
-        for (&id, &s) in out.ids.iter().zip(&out.scores) {
-            assert_eq!(s.to_bits(), scorer.score(q, id).to_bits());
+        for layout in [None, Some(&inline)] {
+            search_codes(
+                &g,
+                &codes,
+                layout,
+                &scorer,
+                q,
+                &[&[0]],
+                &settings,
+                0,
+                &mut scratch,
+                &mut out,
+            );
+            // ef = n: every key is estimated and re-ranked, so the result is the exact top-10.
+            assert_eq!(out.ids, plain.ids);
+            assert_eq!(out.scores, plain.scores);
+            assert_eq!(out.stats.distance_computations, 400);
+            for (&id, &s) in out.ids.iter().zip(&out.scores) {
+                assert_eq!(s.to_bits(), scorer.score(q, id).to_bits());
+            }
+            // The gather walk estimates each key once; the inline walk estimates every
+            // neighbour of every expanded node.
+            match layout {
+                None => assert_eq!(out.stats.code_estimates, 400),
+                Some(_) => assert!(out.stats.code_estimates >= 399),
+            }
+            // A re-rank of 20 scores 20 keys exactly.
+            search_codes(
+                &g,
+                &codes,
+                layout,
+                &scorer,
+                q,
+                &[&[0]],
+                &settings,
+                20,
+                &mut scratch,
+                &mut out,
+            );
+            assert_eq!(out.stats.distance_computations, 20);
+            assert!(out.scores.windows(2).all(|w| w[0] >= w[1]));
         }
-        // A re-rank of 20 scores 20 keys exactly.
-        search_codes(
-            &g,
-            &codes,
-            &scorer,
-            q,
-            &[&[0]],
-            &settings,
-            20,
-            &mut scratch,
-            &mut out,
-        );
-        assert_eq!(out.stats.distance_computations, 20);
-        assert!(out.scores.windows(2).all(|w| w[0] >= w[1]));
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //!   └─────────────────────────────┴──────────────┴──────────┘└────
 //! ```
 //!
-//! The walk ([`search_inline`]) scores every neighbour of an expanded node from the block, and
+//! The walk ([`InlineCodes::walk`], run by [`super::codes::search_codes`]) scores every
+//! neighbour of an expanded node from the block, and
 //! only those that beat the list's worst entry are checked against the visited set and inserted:
 //! no gather, and no visited check for the many neighbours that could not enter. The final list
 //! is re-ranked on the stored keys like [`super::codes::search_codes`], so results keep the
@@ -22,13 +23,11 @@
 //! saved). A node whose list changes (an insert) gets a new block at the end; the old one is
 //! reclaimed when dead blocks outgrow live ones.
 
-use super::codes::{rerank_exact, scan_groups, CodeScorer, GroupSink, KeyCodes, Line, EMPTY_LINE};
-use super::search::{walk, BeamSettings, Walk};
+use super::codes::{scan_groups, CodeScorer, GroupSink, KeyCodes, Line, EMPTY_LINE};
+use super::search::Walk;
 use super::Neighbors;
 use crate::metric::int8::{i8_kernels, GroupQ8, QuantQuery, GROUP};
-use crate::scratch::{BeamList, Scratch, VisitedSet};
-use crate::search::SearchOutput;
-use crate::store::Scorer;
+use crate::scratch::{BeamList, VisitedSet};
 
 /// Every node's block of neighbour codes (see the module documentation).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -139,6 +138,18 @@ impl InlineCodes {
             && (0..self.node_count() as u32).all(|v| self.block(v) == other.block(v))
     }
 
+    /// The walk of a search for `query` (quantized by `codes`, the key codes these blocks were
+    /// made from, and padded to the groups' dimensions).
+    pub(crate) fn walk<'a>(&'a self, codes: &'a KeyCodes, query: &'a QuantQuery) -> InlineWalk<'a> {
+        let kernels = i8_kernels();
+        InlineWalk {
+            inline: self,
+            entries: codes.scorer(query, kernels),
+            query,
+            group_q8: kernels.group_q8,
+        }
+    }
+
     /// The lines of node `v`'s block and its neighbour count.
     #[inline(always)]
     fn block(&self, v: u32) -> (&[Line], usize) {
@@ -154,7 +165,7 @@ impl InlineCodes {
 
 /// The walk over inline blocks: entry points estimated from the key codes, neighbours from the
 /// expanded node's block.
-struct InlineWalk<'a> {
+pub(crate) struct InlineWalk<'a> {
     inline: &'a InlineCodes,
     entries: CodeScorer<'a>,
     query: &'a QuantQuery,
@@ -233,49 +244,9 @@ impl GroupSink for Expansion<'_> {
     }
 }
 
-/// A beam search over the inline blocks of `inline` ranked by code estimates (the key codes
-/// `codes` estimate the entry points), then the best `rerank` candidates (at least
-/// `settings.k`; `0`: the whole list of `settings.ef`) scored exactly with `exact`; writes the
-/// best `settings.k` of them into `out`, exact scores best first. `out.stats.code_estimates`
-/// counts every estimate (each expanded node estimates all its neighbours),
-/// `distance_computations` the exact products.
-#[allow(clippy::too_many_arguments)]
-pub fn search_inline(
-    inline: &InlineCodes,
-    codes: &KeyCodes,
-    exact: &Scorer<'_>,
-    query: &[f32],
-    entries: &[&[u32]],
-    settings: &BeamSettings,
-    rerank: usize,
-    scratch: &mut Scratch,
-    out: &mut SearchOutput,
-) {
-    let mut quant = std::mem::take(&mut scratch.quant);
-    codes.quantize_query(query, &mut quant);
-    // Dimensions padded to the groups' multiple of 4 (zeros add nothing).
-    quant.codes.resize(4 * inline.quads, 0);
-    let kernels = i8_kernels();
-    let w = InlineWalk {
-        inline,
-        entries: codes.scorer(&quant, kernels),
-        query: &quant,
-        group_q8: kernels.group_q8,
-    };
-    let candidates = if rerank == 0 { settings.ef } else { rerank }.max(settings.k);
-    let traversal = BeamSettings {
-        k: candidates,
-        ..*settings
-    };
-    walk(&w, entries, &traversal, scratch, out);
-    scratch.quant = quant;
-    rerank_exact(exact, query, settings.k, scratch, out);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::{beam_search, Csr};
     use crate::store::KeyStore;
 
     fn ring(n: u32, hops: &[u32]) -> Vec<Vec<u32>> {
@@ -324,55 +295,5 @@ mod tests {
             assert!(inline.lines.len() <= 2 * inline.live.max(1024));
         }
         check(&inline, &lists);
-    }
-
-    #[test]
-    fn inline_search_with_ef_n_is_the_exact_top_k() {
-        let (n, d) = (300usize, 16usize);
-        let data = crate::synth::ood(n, 4, d, 3);
-        let keys = KeyStore::from_f32(data.keys.clone(), d).expect("keys");
-        let g = Csr::from_lists(&ring(n as u32, &[1, 7, 53, 299])).expect("csr");
-        let codes = KeyCodes::new(&keys);
-        let inline = InlineCodes::new(&g, &codes);
-        let scorer = keys.scorer();
-        let mut scratch = Scratch::new(n);
-        let (mut out, mut plain) = (SearchOutput::default(), SearchOutput::default());
-        for q in data.test_queries.chunks_exact(d).take(4) {
-            let settings = BeamSettings::new(n, 10);
-            search_inline(
-                &inline,
-                &codes,
-                &scorer,
-                q,
-                &[&[0]],
-                &settings,
-                0,
-                &mut scratch,
-                &mut out,
-            );
-            beam_search(&g, &scorer, q, &[&[0]], &settings, &mut scratch, &mut plain);
-            // ef = n: the list takes every key, all re-ranked: the exact top-10.
-            assert_eq!(out.ids, plain.ids);
-            assert_eq!(out.scores, plain.scores);
-            assert_eq!(out.stats.distance_computations, n as u64);
-            assert!(out.stats.code_estimates >= n as u64 - 1);
-            // A small list re-ranks exactly `rerank` candidates, exact scores best first.
-            search_inline(
-                &inline,
-                &codes,
-                &scorer,
-                q,
-                &[&[0]],
-                &BeamSettings::new(40, 10),
-                20,
-                &mut scratch,
-                &mut out,
-            );
-            assert_eq!(out.stats.distance_computations, 20);
-            assert!(out.scores.windows(2).all(|w| w[0] >= w[1]));
-            for (&id, &s) in out.ids.iter().zip(&out.scores) {
-                assert_eq!(s.to_bits(), scorer.score(q, id).to_bits());
-            }
-        }
     }
 }

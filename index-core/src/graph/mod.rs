@@ -6,7 +6,7 @@
 //! | `mod.rs` | [`Csr`] adjacency (owned or mapped), the [`Neighbors`] access trait |
 //! | `search.rs` | [`beam_search`] and its [`BeamSettings`]; [`beam_search_by`] over any [`Estimate`] |
 //! | `codes.rs` | [`codes::search_codes`]: traversal on int8 codes, exact re-rank (issue 26) |
-//! | `inline.rs` | [`inline::search_inline`]: the same on neighbour codes stored inline with the adjacency |
+//! | `inline.rs` | [`inline::InlineCodes`]: neighbour codes stored inline with the adjacency, walked by `search_codes` |
 //! | `reach.rs` | [`mark_reachable`], the one reachability walk |
 //! | `repair.rs` | [`repair::connect`], the connectivity repair of a build |
 //! | `prune.rs` | [`prune()`]: top / occlusion / occlusion-fill ([`Prune`]) |
