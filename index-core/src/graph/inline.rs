@@ -11,7 +11,7 @@
 //!   └─────────────────────────────┴──────────────┴──────────┘└────
 //! ```
 //!
-//! The walk ([`InlineCodes::walk`], run by [`super::codes::search_codes`]) scores every
+//! The walk (run by [`super::codes::search_codes`] when given the blocks) scores every
 //! neighbour of an expanded node from the block, and
 //! only those that beat the list's worst entry are checked against the visited set and inserted:
 //! no gather, and no visited check for the many neighbours that could not enter. The final list
