@@ -10,10 +10,8 @@
 //! queries, and an xxh3 hash of every id and score bit found, in order, so that two runs give
 //! the same hash exactly when every query returned the same ids with the same scores.
 
-use half::f16;
-use qkindex::dump::{Dump, Part};
-use qkindex::{eval, AnnIndex, CpuKnn, FlatIndex, IndexSpec, KeyStore, SearchParams};
-use std::sync::Arc;
+use qkindex::dump::{Dump, HeadInputs};
+use qkindex::{eval, AnnIndex, CpuKnn, FlatIndex, IndexSpec, SearchParams};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -36,26 +34,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .split(',')
         .map(str::parse)
         .collect::<Result<_, _>>()?;
-    let kv = m.kv_head_of(head);
-    let (q, k, qdec) = (
-        dump.read(layer, Part::Q)?,
-        dump.read(layer, Part::K)?,
-        dump.read(layer, Part::QDec)?,
-    );
     let d = m.head_dim;
-    let keys = Arc::new(KeyStore::from_f16(
-        k.head(kv).iter().map(|&x| f16::from_f32(x)).collect(),
-        d,
-    )?);
-    let group = m.n_q_heads / m.n_kv_heads;
-    let train: Vec<f32> = (kv * group..(kv + 1) * group)
-        .flat_map(|h| q.head(h).to_vec())
-        .collect();
+    let HeadInputs {
+        keys,
+        train,
+        decode,
+    } = dump.head_inputs(layer, head)?;
+    let n_decode = decode.len() / d;
     println!(
         "kernels {}, layer {layer} head {head}: {} keys, {} decode queries",
         qkindex::metric::kernels().isa,
         keys.len(),
-        qdec.rows
+        n_decode
     );
 
     let flat = FlatIndex::new(keys.clone());
@@ -65,7 +55,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut scratch = index.new_scratch();
         let mut hasher = xxhash_rust::xxh3::Xxh3::new();
         let mut recall = 0.0;
-        for query in qdec.head(head).chunks_exact(d) {
+        for query in decode.chunks_exact(d) {
             let found = index.search(query, 100, &params, &mut scratch)?;
             let exact = flat.search(query, 100, &SearchParams::default(), &mut scratch)?;
             recall += eval::recall(&found.ids, &exact.ids);
@@ -76,7 +66,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         println!(
             "{spec}: recall@100 {:.4}, ids+scores xxh3 {:016x}",
-            recall / qdec.rows as f64,
+            recall / n_decode as f64,
             hasher.digest()
         );
     }

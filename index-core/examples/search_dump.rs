@@ -6,12 +6,8 @@
 //! Arguments: dump directory, layer, query head (defaults: the bundled subset, its first layer,
 //! head 0).
 
-use half::f16;
-use qkindex::dump::{Dump, Part};
-use qkindex::{
-    eval, AnnIndex, AttentionIndex, AttentionParams, CpuKnn, FlatIndex, KeyStore, SearchParams,
-};
-use std::sync::Arc;
+use qkindex::dump::{Dump, HeadInputs};
+use qkindex::{eval, AnnIndex, AttentionIndex, AttentionParams, CpuKnn, FlatIndex, SearchParams};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -28,24 +24,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(s) => s.parse()?,
         None => 0,
     };
-    let kv = m.kv_head_of(head);
-    let (q, k, qdec) = (
-        dump.read(layer, Part::Q)?,
-        dump.read(layer, Part::K)?,
-        dump.read(layer, Part::QDec)?,
-    );
     let d = m.head_dim;
-
-    // The keys of the KV head, shared (Arc) by every index of its query heads.
-    let keys = Arc::new(KeyStore::from_f16(
-        k.head(kv).iter().map(|&x| f16::from_f32(x)).collect(),
-        d,
-    )?);
-    // Training queries: the prefill queries of all query heads that read this KV head.
-    let group = m.n_q_heads / m.n_kv_heads;
-    let train: Vec<f32> = (kv * group..(kv + 1) * group)
-        .flat_map(|h| q.head(h).to_vec())
-        .collect();
+    // The keys of the KV head, shared (Arc) by every index of its query heads, and the
+    // training queries: the prefill queries of all query heads that read this KV head.
+    let HeadInputs {
+        keys,
+        train,
+        decode,
+    } = dump.head_inputs(layer, head)?;
+    let n_decode = decode.len() / d;
     let index = AttentionIndex::build(keys.clone(), &train, &AttentionParams::default(), &CpuKnn)?;
     let s = index.build_stats();
     println!(
@@ -60,15 +47,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut scratch = index.new_scratch();
     for ef in [128, 256, 512] {
         let (mut recall, mut scanned) = (0.0, 0.0);
-        for query in qdec.head(head).chunks_exact(d) {
+        for query in decode.chunks_exact(d) {
             let found = index.search(query, 100, &SearchParams::with_ef(ef), &mut scratch)?;
             let exact = flat.search(query, 100, &SearchParams::default(), &mut scratch)?;
             recall += eval::recall(&found.ids, &exact.ids);
             scanned += found.stats.distance_computations as f64 / index.len() as f64;
         }
-        let nq = qdec.rows as f64;
-        let us = micros_per_query(&index, qdec.head(head), d, &SearchParams::with_ef(ef))?;
-        let flat_us = micros_per_query(&flat, qdec.head(head), d, &SearchParams::default())?;
+        let nq = n_decode as f64;
+        let us = micros_per_query(&index, &decode[..], d, &SearchParams::with_ef(ef))?;
+        let flat_us = micros_per_query(&flat, &decode[..], d, &SearchParams::default())?;
         println!(
             "ef {ef:>4}: recall@100 {:.3}, scanned {:.3}, {us:.1} µs/query (flat scan {flat_us:.1} µs/query)",
             recall / nq,

@@ -9,14 +9,11 @@
 //! Arguments: dump directory, layer, query head, ef, rounds, and optionally the variants to run
 //! (comma-separated names: `none`, `i8`, `i8-inline`, `flat:i8`, `flat`).
 
-use half::f16;
 use qkindex::attention::Codes;
-use qkindex::dump::{Dump, Part};
+use qkindex::dump::{Dump, HeadInputs};
 use qkindex::{
-    eval, AnnIndex, AttentionIndex, AttentionParams, CpuKnn, FlatIndex, FlatParams, KeyStore,
-    SearchParams,
+    eval, AnnIndex, AttentionIndex, AttentionParams, CpuKnn, FlatIndex, FlatParams, SearchParams,
 };
-use std::sync::Arc;
 use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -28,21 +25,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let head: usize = arg(2, "0").parse()?;
     let ef: usize = arg(3, "100").parse()?;
     let rounds: usize = arg(4, "15").parse()?;
-    let kv = m.kv_head_of(head);
-    let (q, k, qdec) = (
-        dump.read(layer, Part::Q)?,
-        dump.read(layer, Part::K)?,
-        dump.read(layer, Part::QDec)?,
-    );
     let d = m.head_dim;
-    let keys = Arc::new(KeyStore::from_f16(
-        k.head(kv).iter().map(|&x| f16::from_f32(x)).collect(),
-        d,
-    )?);
-    let group = m.n_q_heads / m.n_kv_heads;
-    let train: Vec<f32> = (kv * group..(kv + 1) * group)
-        .flat_map(|h| q.head(h).to_vec())
-        .collect();
+    let HeadInputs {
+        keys,
+        train,
+        decode,
+    } = dump.head_inputs(layer, head)?;
     let base = AttentionIndex::build(keys.clone(), &train, &AttentionParams::default(), &CpuKnn)?;
     let graph = base.graph()?.into_owned();
     let mut variants: Vec<(&str, Box<dyn AnnIndex>)> = [Codes::None, Codes::I8, Codes::I8Inline]
@@ -77,7 +65,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let flat = FlatIndex::new(keys.clone());
     let params = SearchParams::with_ef(ef);
-    let queries: Vec<&[f32]> = qdec.head(head).chunks_exact(d).collect();
+    let queries: Vec<&[f32]> = decode.chunks_exact(d).collect();
     let mut scratch = base.new_scratch();
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
     for (name, index) in &variants {

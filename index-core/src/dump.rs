@@ -3,7 +3,9 @@
 
 use crate::error::{Error, Result};
 use crate::npy;
+use crate::store::KeyStore;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The dump's `manifest.json`.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -28,6 +30,17 @@ impl Manifest {
     pub fn kv_head_of(&self, q_head: usize) -> usize {
         q_head / (self.n_q_heads / self.n_kv_heads).max(1)
     }
+}
+
+/// The inputs of one query head's searches ([`Dump::head_inputs`]).
+#[derive(Clone, Debug)]
+pub struct HeadInputs {
+    /// The keys of its KV head, f16.
+    pub keys: Arc<KeyStore>,
+    /// The prefill queries of its GQA group, row-major.
+    pub train: Vec<f32>,
+    /// Its decode queries, row-major.
+    pub decode: Vec<f32>,
 }
 
 /// A `[heads, rows, dim]` tensor, row-major f32.
@@ -173,6 +186,39 @@ impl Dump {
             rows: a.shape[1],
             dim: m.head_dim,
             data: a.data,
+        })
+    }
+
+    /// What a search of query head `head` at `layer` needs: the keys of its KV head (as f16,
+    /// shared), the prefill queries of every query head reading that KV head (pooled,
+    /// head-major: the training queries of its index) and its own decode queries.
+    pub fn head_inputs(&self, layer: usize, head: usize) -> Result<HeadInputs> {
+        let m = &self.manifest;
+        if head >= m.n_q_heads {
+            return Err(Error::invalid_param(
+                "head",
+                head,
+                format!("the dump has {} query heads", m.n_q_heads),
+            ));
+        }
+        let kv = m.kv_head_of(head);
+        let (q, k, qdec) = (
+            self.read(layer, Part::Q)?,
+            self.read(layer, Part::K)?,
+            self.read(layer, Part::QDec)?,
+        );
+        let keys = Arc::new(KeyStore::from_f16(
+            k.head(kv).iter().map(|&x| half::f16::from_f32(x)).collect(),
+            m.head_dim,
+        )?);
+        let group = m.n_q_heads / m.n_kv_heads;
+        let train = (kv * group..(kv + 1) * group)
+            .flat_map(|h| q.head(h).to_vec())
+            .collect();
+        Ok(HeadInputs {
+            keys,
+            train,
+            decode: qdec.head(head).to_vec(),
         })
     }
 

@@ -322,6 +322,23 @@ fn written_dump_opens_and_reads_back() {
         dump.read(1, Part::Q),
         Err(Error::InvalidParam { name: "layer", .. })
     ));
+
+    // One query head's inputs: its KV head's keys (f16), its group's prefill queries, its
+    // decode queries.
+    let inputs = dump.head_inputs(0, 3).expect("head inputs");
+    let kv1 = &k[PREFILL * HEAD_DIM..2 * PREFILL * HEAD_DIM];
+    assert_eq!(
+        inputs.keys.to_f32(),
+        kv1.iter()
+            .map(|&x| f16::from_f32(x).to_f32())
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(inputs.train, &q[2 * PREFILL * HEAD_DIM..]);
+    assert_eq!(inputs.decode, &qdec[3 * 3 * HEAD_DIM..]);
+    assert!(matches!(
+        dump.head_inputs(0, NQ),
+        Err(Error::InvalidParam { name: "head", .. })
+    ));
 }
 
 #[test]
