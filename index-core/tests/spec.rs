@@ -555,3 +555,10 @@ proptest! {
         prop_assert_eq!(serde_json::from_str::<IndexSpec>(&json).expect("deserializes"), spec);
     }
 }
+
+#[test]
+fn decode_default_is_its_string() {
+    let spec = IndexSpec::decode_default();
+    assert_eq!(spec.to_string(), qkindex::spec::DECODE_DEFAULT);
+    assert_eq!(parse(qkindex::spec::DECODE_DEFAULT), spec);
+}

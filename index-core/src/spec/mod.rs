@@ -129,6 +129,16 @@ const PRESETS: &[Preset] = &[
     },
 ];
 
+/// The index `index-topk` decodes with unless told otherwise: the CLI's `--index`, the driver's
+/// `PolicyConfig::new` and `qkindex.hf` all start from it ([`IndexSpec::decode_default`]).
+/// Each index is built from its GQA group's prefill queries' causal top-k lists, 1.25 queries
+/// per key, a query whose list lies mostly far back taking its full list (`global-full=0.1`),
+/// a group where 4 % of the lists do so built both ways and the graph its held-out recent
+/// queries need fewer keys in kept (`far-check=0.04`), searched at the `ef` those queries need
+/// for recall@100 0.95 on every head (`auto-ef=0.95`).
+pub const DECODE_DEFAULT: &str =
+    "attention:causal=true,queries-per-key=1.25,global-full=0.1,far-check=0.04,auto-ef=0.95";
+
 /// A freshly built index and the wall time of its build phases.
 #[derive(Clone, Debug)]
 pub struct BuiltIndex {
@@ -140,6 +150,18 @@ pub struct BuiltIndex {
 }
 
 impl IndexSpec {
+    /// The decode default ([`DECODE_DEFAULT`]).
+    pub fn decode_default() -> IndexSpec {
+        IndexSpec::Attention(AttentionParams {
+            causal: true,
+            queries_per_key: 1.25,
+            global_full: 0.1,
+            far_check: 0.04,
+            auto_ef: 0.95,
+            ..AttentionParams::default()
+        })
+    }
+
     /// Every preset name, in the order of the table in the module docs.
     pub fn preset_names() -> impl Iterator<Item = &'static str> {
         PRESETS.iter().map(|p| p.name)
