@@ -33,12 +33,14 @@ pub use crate::graph::Prune;
 pub use auto_ef::AutoEf;
 pub use build::BuildStats;
 pub use far_check::FarCheck;
-pub use params::{AttentionParams, Codes, EntryRule, Projection, TrainOn};
+pub use crate::codes::Codes;
+pub use params::{AttentionParams, EntryRule, Projection, TrainOn};
 pub use pool_knn::PooledKnn;
 
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
-use crate::graph::codes::{search_codes, KeyCodes};
+use crate::codes::KeyCodes;
+use crate::graph::codes::search_codes;
 use crate::graph::inline::InlineCodes;
 use crate::graph::{beam_search, BeamSettings, Csr, Neighbors};
 use crate::knn::KnnBackend;

@@ -1,6 +1,7 @@
 //! Build parameters of [`super::AttentionIndex`] and their presets.
 
 use crate::error::{Error, Result};
+use crate::codes::Codes;
 use crate::graph::Prune;
 
 /// How training-query neighbour lists become key–key candidate edges.
@@ -39,54 +40,6 @@ pub enum TrainOn {
     /// The keys themselves, as queries: the key–key graph (the `key-graph` spec), which needs
     /// no queries.
     Keys,
-}
-
-/// Key codes a search traverses on (issue 26): the beam ranks candidates by code estimates and
-/// the final list is re-ranked on the stored keys ([`crate::graph::codes::search_codes`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Codes {
-    /// Traverse on the stored keys (f16/f32/int8) themselves.
-    #[default]
-    None,
-    /// Int8 codes normalised per dimension with one scale per key, estimated with an int8 query (VNNI where present).
-    I8,
-    /// The same codes also stored inline with the adjacency: each node's block holds its
-    /// neighbours' codes, estimated together from one contiguous read
-    /// ([`crate::graph::inline::InlineCodes`]; about `degree · (dim + 8)` more bytes per key).
-    #[serde(rename = "i8-inline")]
-    I8Inline,
-    /// 4-bit codes (the int8 codes rounded to 15 levels), for the scans (`flat`, `ivf`): half
-    /// the bytes, coarser estimates (re-rank more candidates).
-    I4,
-}
-
-impl Codes {
-    /// The spec name (`none`, `i8`, `i8-inline`, `i4`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Codes::None => "none",
-            Codes::I8 => "i8",
-            Codes::I8Inline => "i8-inline",
-            Codes::I4 => "i4",
-        }
-    }
-
-    /// True for [`Codes::None`].
-    pub fn is_none(&self) -> bool {
-        *self == Codes::None
-    }
-}
-
-impl std::str::FromStr for Codes {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        [Codes::None, Codes::I8, Codes::I8Inline, Codes::I4]
-            .into_iter()
-            .find(|c| c.name() == s)
-            .ok_or_else(|| Error::invalid_param("codes", s, "expected none, i8, i8-inline or i4"))
-    }
 }
 
 fn is_zero(x: &usize) -> bool {

@@ -5,11 +5,9 @@
 
 mod codes;
 
-pub(crate) use codes::top_ids;
 pub use codes::ScanCodes;
-pub(crate) use width as code_width;
 
-use crate::attention::Codes;
+use crate::codes::Codes;
 use crate::error::{Error, Result};
 use crate::scratch::Scratch;
 use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams};
@@ -31,16 +29,6 @@ pub struct FlatParams {
 
 fn is_zero(x: &usize) -> bool {
     *x == 0
-}
-
-/// The group width of a scan's `codes` (`None`: the exact scan).
-pub(crate) fn width(codes: Codes) -> Option<crate::graph::codes::Width> {
-    use crate::graph::codes::Width;
-    match codes {
-        Codes::None | Codes::I8Inline => None,
-        Codes::I8 => Some(Width::I8),
-        Codes::I4 => Some(Width::I4),
-    }
 }
 
 impl FlatParams {
@@ -90,7 +78,7 @@ impl FlatIndex {
     /// Errors: invalid params ([`FlatParams::validate`]).
     pub fn with_params(keys: Arc<KeyStore>, params: &FlatParams) -> Result<Self> {
         params.validate()?;
-        let codes = width(params.codes).map(|w| ScanCodes::new(&keys, w));
+        let codes = params.codes.scan_width().map(|w| ScanCodes::new(&keys, w));
         Ok(FlatIndex {
             keys,
             params: *params,

@@ -23,7 +23,7 @@
 //! saved). A node whose list changes (an insert) gets a new block at the end; the old one is
 //! reclaimed when dead blocks outgrow live ones.
 
-use super::codes::{scan_groups, CodeScorer, GroupSink, KeyCodes, Line, EMPTY_LINE};
+use crate::codes::{scan_groups, CodeScorer, GroupSink, KeyCodes, Line, EMPTY_LINE};
 use super::search::Walk;
 use super::Neighbors;
 use crate::metric::int8::{i8_kernels, GroupQ8, QuantQuery, GROUP};
@@ -187,7 +187,7 @@ impl Walk for InlineWalk<'_> {
 
     #[inline(always)]
     fn score_ids(&self, ids: &[u32], out: &mut [f32]) {
-        use super::search::Estimate;
+        use crate::store::Estimate;
         self.entries.score_ids(ids, out)
     }
 

@@ -26,12 +26,11 @@ mod search;
 
 pub use prune::{prune, Prune};
 pub use reach::mark_reachable;
-#[cfg(target_arch = "x86_64")]
-pub(crate) use search::avx512_loops;
-pub use search::{beam_search, beam_search_by, BeamSettings, Estimate};
+pub use crate::store::Estimate;
+pub use search::{beam_search, beam_search_by, BeamSettings};
 
 use crate::error::{Error, Result};
-use crate::io::Buf;
+use crate::store::Buf;
 
 /// Read access to out-neighbours, so that searches run on the final CSR and on the adjacency
 /// lists a build is still editing.

@@ -9,10 +9,12 @@
 //! for the running CPU is picked at run time (the crate itself is built for baseline x86-64, so
 //! without this the list and visited-set code would be limited to SSE2).
 
+#[cfg(target_arch = "x86_64")]
+use crate::metric::isa::{loop_isa, LoopIsa};
 use crate::error::{Error, Result};
 use crate::scratch::{BeamList, Scratch, VisitedSet};
 use crate::search::{SearchOutput, SearchParams, SearchStats};
-use crate::store::{QueryScorer, Scorer};
+use crate::store::{Estimate, Scorer};
 
 use super::Neighbors;
 
@@ -54,20 +56,6 @@ impl BeamSettings {
     /// An exhaustive-width search for `k` keys with a list of `ef`.
     pub fn new(ef: usize, k: usize) -> Self {
         BeamSettings { ef, k, width: None }
-    }
-}
-
-/// What a beam search ranks candidates by: `out[i]` = the score of node `ids[i]` for the query
-/// it was made for (exact inner products, [`QueryScorer`], or code estimates, [`super::codes::CodeScorer`]).
-pub trait Estimate {
-    fn score_ids(&self, ids: &[u32], out: &mut [f32]);
-}
-
-/// Exact inner products of the query a [`QueryScorer`] was bound to.
-impl Estimate for QueryScorer<'_> {
-    #[inline]
-    fn score_ids(&self, ids: &[u32], out: &mut [f32]) {
-        QueryScorer::score_ids(self, ids, out)
     }
 }
 
@@ -188,18 +176,18 @@ pub(crate) fn walk<W: Walk + ?Sized>(
         settings: *settings,
     };
     #[cfg(target_arch = "x86_64")]
-    match search_isa() {
-        SearchIsa::Avx512 => {
-            // SAFETY: `search_isa` returns Avx512 only when every feature that
+    match loop_isa() {
+        LoopIsa::Avx512 => {
+            // SAFETY: `loop_isa` returns Avx512 only when every feature that
             // `beam_search_avx512` enables was detected on this CPU.
             return unsafe { beam_search_avx512(&job, scratch, out) };
         }
-        SearchIsa::Avx2 => {
-            // SAFETY: `search_isa` returns Avx2 only when every feature that `beam_search_avx2`
+        LoopIsa::Avx2 => {
+            // SAFETY: `loop_isa` returns Avx2 only when every feature that `beam_search_avx2`
             // enables was detected on this CPU.
             return unsafe { beam_search_avx2(&job, scratch, out) };
         }
-        SearchIsa::Baseline => {}
+        LoopIsa::Baseline => {}
     }
     beam_search_impl(&job, scratch, out)
 }
@@ -209,46 +197,6 @@ struct Job<'a, W: ?Sized> {
     walk: &'a W,
     entries: &'a [&'a [u32]],
     settings: BeamSettings,
-}
-
-#[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum SearchIsa {
-    Baseline,
-    Avx2,
-    Avx512,
-}
-
-/// True when the loops compiled for AVX-512 ([`search_isa`]) run on this CPU.
-#[cfg(target_arch = "x86_64")]
-pub(crate) fn avx512_loops() -> bool {
-    search_isa() == SearchIsa::Avx512
-}
-
-/// The best compiled version of the search loop for this CPU, detected once.
-#[cfg(target_arch = "x86_64")]
-fn search_isa() -> SearchIsa {
-    static ISA: std::sync::OnceLock<SearchIsa> = std::sync::OnceLock::new();
-    *ISA.get_or_init(|| {
-        let avx2 = std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma")
-            && std::is_x86_feature_detected!("f16c")
-            && std::is_x86_feature_detected!("bmi1")
-            && std::is_x86_feature_detected!("bmi2")
-            && std::is_x86_feature_detected!("popcnt")
-            && std::is_x86_feature_detected!("lzcnt");
-        let avx512 = avx2
-            && std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx512vl");
-        if avx512 {
-            SearchIsa::Avx512
-        } else if avx2 {
-            SearchIsa::Avx2
-        } else {
-            SearchIsa::Baseline
-        }
-    })
 }
 
 /// [`beam_search_impl`] compiled with `$features` enabled (callers check them first).

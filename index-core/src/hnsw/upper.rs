@@ -9,7 +9,7 @@
 //! so an unverified, damaged file gives empty lists, never a panic.
 
 use crate::graph::Neighbors;
-use crate::io::Buf;
+use crate::store::Buf;
 
 /// HNSW levels `1..=L`, compact (see the module docs).
 #[derive(Clone, Debug, Default)]

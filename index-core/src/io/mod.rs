@@ -23,7 +23,7 @@
 //! [`LoadOptions::resident`] asks for a copy in huge pages).
 
 mod baselines;
-mod buf;
+
 pub mod bundle;
 pub mod format;
 mod kinds;
@@ -31,7 +31,7 @@ mod reader;
 mod sections;
 mod writer;
 
-pub use buf::{Backing, Buf, Mapped};
+pub use crate::store::{Backing, Buf, Mapped};
 pub use format::{FileKind, SectionKind, FORMAT_VERSION};
 pub use kinds::{key_bytes, KeyRef, KeysPlacement, Persist};
 pub use reader::RawFile;

@@ -6,8 +6,7 @@
 //! best candidates of all probed lists are then scored on the list-ordered keys. Results keep
 //! the contract of every search: exact scores of the store, best first.
 
-use crate::flat::top_ids;
-use crate::graph::codes::{KeyCodes, Line, Width};
+use crate::codes::{top_ids, KeyCodes, Line, Width};
 use crate::metric::int8::GROUP;
 use crate::scratch::Scratch;
 use crate::store::KeyStore;

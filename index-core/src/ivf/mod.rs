@@ -31,7 +31,7 @@ pub use params::IvfParams;
 
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
-use crate::io::Buf;
+use crate::store::Buf;
 use crate::store::KeyStore;
 use std::sync::Arc;
 use std::time::Instant;
@@ -157,7 +157,7 @@ impl IvfIndex {
         };
         let lists = Arc::new(lists);
         let codes =
-            crate::flat::code_width(params.codes).map(|w| ListCodes::new(&lists, &offsets, w));
+            params.codes.scan_width().map(|w| ListCodes::new(&lists, &offsets, w));
         Ok(IvfIndex {
             dim,
             centroids,
@@ -219,7 +219,7 @@ impl IvfIndex {
                 format!("must start at 0 and end at n = {n}"),
             ));
         }
-        let codes = crate::flat::code_width(params.codes).map(|w| ListCodes::new(&lists, o, w));
+        let codes = params.codes.scan_width().map(|w| ListCodes::new(&lists, o, w));
         Ok(IvfIndex {
             dim,
             centroids,
@@ -371,7 +371,7 @@ mod tests {
         let keys = Arc::new(KeyStore::from_f32(data(500, dim, 4), dim).expect("keys"));
         let flat = FlatIndex::new(keys.clone());
         let p = IvfParams {
-            codes: crate::attention::Codes::I8,
+            codes: crate::codes::Codes::I8,
             ..Default::default()
         };
         assert_eq!(p.nlist_for(500), 22, "round(√500) with codes");
@@ -408,7 +408,7 @@ mod tests {
         }
         for bad in [
             IvfParams {
-                codes: crate::attention::Codes::I8Inline,
+                codes: crate::codes::Codes::I8Inline,
                 ..Default::default()
             },
             IvfParams {

@@ -1,7 +1,7 @@
 //! Build parameters of [`super::IvfIndex`].
 
 use super::kmeans::Assignment;
-use crate::attention::Codes;
+use crate::codes::Codes;
 use crate::error::{at_least_one, Error, Result};
 
 /// Build parameters of the IVF index.

@@ -3,7 +3,7 @@
 
 use super::IvfIndex;
 use crate::error::{at_least_one, Result};
-use crate::graph::codes::rerank_exact;
+use crate::codes::rerank_exact;
 use crate::scratch::Scratch;
 use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};
 

@@ -137,7 +137,7 @@ impl QuantQuery {
 
     /// Quantizes `query ⊙ range` into `self`, with `bias = query · offset`: the query for keys
     /// coded per dimension as `key_i ≈ offset_i + range_i · scale · code_i`
-    /// ([`crate::graph::codes::KeyCodes`]). All three slices have the query's length.
+    /// ([`crate::codes::KeyCodes`]). All three slices have the query's length.
     pub fn set_affine(&mut self, query: &[f32], offset: &[f32], range: &[f32]) {
         let d = query.len();
         self.codes.resize(d, 0);

@@ -19,6 +19,7 @@
 mod loops;
 pub mod affine;
 pub mod int8;
+pub mod isa;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 pub mod scalar;

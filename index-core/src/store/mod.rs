@@ -18,13 +18,14 @@
 //! through the same accessors, so searching a mapped store copies nothing.
 
 use crate::error::{check_finite, Error, Result};
-use crate::io::Buf;
 use crate::metric::affine::Affine;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
+pub mod buf;
 mod scorer;
-pub use scorer::{QueryScorer, Scorer};
+pub use buf::{Backing, Buf, Mapped};
+pub use scorer::{Estimate, QueryScorer, Scorer};
 
 /// Element type of stored keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

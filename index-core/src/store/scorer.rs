@@ -157,3 +157,18 @@ fn add_bias(out: &mut [f32], bias: f32) {
         out.iter_mut().for_each(|o| *o += bias);
     }
 }
+
+/// What a beam search ranks candidates by: `out[i]` = the score of node `ids[i]` for the query
+/// it was made for (exact inner products, [`QueryScorer`], or code estimates, [`crate::codes::CodeScorer`]).
+pub trait Estimate {
+    fn score_ids(&self, ids: &[u32], out: &mut [f32]);
+}
+
+/// Exact inner products of the query a [`QueryScorer`] was bound to.
+impl Estimate for QueryScorer<'_> {
+    #[inline]
+    fn score_ids(&self, ids: &[u32], out: &mut [f32]) {
+        QueryScorer::score_ids(self, ids, out)
+    }
+}
+

@@ -10,7 +10,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 /// A read-only byte region shared by the structures cut from it: a file mapping, or an
-/// anonymous mapping holding a copy of caller bytes ([`super::load_bytes`]). Page-aligned, so
+/// anonymous mapping holding a copy of caller bytes ([`crate::io::load_bytes`]). Page-aligned, so
 /// every 64-byte-aligned offset inside it is aligned for any element type we store.
 #[derive(Debug)]
 pub struct Backing {
