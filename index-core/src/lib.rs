@@ -43,6 +43,7 @@
 
 pub mod attention;
 pub mod cancel;
+pub mod cluster;
 pub mod codes;
 pub mod dump;
 pub mod error;

@@ -15,9 +15,10 @@
 //! `nlist + nprobe · n / nlist` keys and centroids, `O(√n)` for fixed `nprobe`.
 
 use crate::cancel::Cancel;
+use crate::cluster::{self, Assignment, ClusteringParams, Init};
 use crate::error::{Error, Result};
 use crate::ivf::IvfParams;
-use crate::knn::{check_knn_args, KnnBackend, KnnOptions, KnnResult};
+use crate::knn::{check_knn_args, BackendAssign, KnnBackend, KnnOptions, KnnResult};
 use crate::scratch::TopK;
 use crate::store::{KeyStore, KeysRef};
 use rayon::prelude::*;
@@ -141,12 +142,13 @@ impl Partition {
     }
 }
 
-/// Spherical k-means of `rows` (`dim` values each, f32) into `nlist` clusters, trained cheaply:
-/// evenly strided initial centroids instead of k-means++ (whose `nlist` sequential passes cost
-/// more than the kNN they save at large sizes), [`ITERS`] Lloyd iterations on
-/// [`TRAIN_PER_LIST`] strided rows per cluster, every assignment a top-1 search of the backend.
-/// Returns the unit centroids (`nlist × dim`) and each row's cluster. `nlist` must be at least 1
-/// and at most the number of rows.
+/// Spherical k-means of `rows` (`dim` values each, f32) into `nlist` clusters, trained cheaply
+/// ([`cluster::train`]): evenly strided initial centroids instead of k-means++ (whose `nlist`
+/// sequential passes cost more than the kNN they save at large sizes), [`ITERS`] Lloyd
+/// iterations on [`TRAIN_PER_LIST`] strided rows per cluster, empty clusters left where they
+/// were, every assignment a top-1 search of the backend. Returns the unit centroids
+/// (`nlist × dim`) and each row's cluster. `nlist` must be at least 1 and at most the number of
+/// rows.
 pub(super) fn spherical_kmeans(
     rows: &[f32],
     d: usize,
@@ -154,45 +156,26 @@ pub(super) fn spherical_kmeans(
     knn: &dyn KnnBackend,
     cancel: &Cancel,
 ) -> Result<(KeyStore, Vec<u32>)> {
-    let n = rows.len() / d;
-    let strided = |rows: &[f32], count: usize| -> Vec<f32> {
-        let m = rows.len() / d;
-        (0..count)
-            .flat_map(|i| rows[i * m / count * d..][..d].iter().copied())
-            .collect()
-    };
-    let train = strided(rows, (TRAIN_PER_LIST * nlist).min(n));
-    let mut centroids = strided(&train, nlist);
-    normalise_rows(&mut centroids, d);
     let options = KnnOptions {
         causal: false,
         cancel: cancel.clone(),
         visible: None,
     };
-    for _ in 0..ITERS {
-        cancel.check("coarse k-means")?;
-        let store = KeyStore::from_f32(centroids.clone(), d)?;
-        let labels = knn.topk(&train, &store, 1, &options)?;
-        let mut sums = vec![0.0f64; nlist * d];
-        let mut counts = vec![0usize; nlist];
-        for (row, &c) in train.chunks_exact(d).zip(&labels.ids) {
-            let c = c as usize;
-            counts[c] += 1;
-            for (s, &x) in sums[c * d..(c + 1) * d].iter_mut().zip(row) {
-                *s += x as f64;
-            }
-        }
-        for c in (0..nlist).filter(|&c| counts[c] > 0) {
-            for (o, &s) in centroids[c * d..(c + 1) * d]
-                .iter_mut()
-                .zip(&sums[c * d..(c + 1) * d])
-            {
-                *o = s as f32;
-            }
-        }
-        normalise_rows(&mut centroids, d);
-    }
-    let centroids = KeyStore::from_f32(centroids, d)?;
+    let params = ClusteringParams {
+        k: nlist,
+        iters: ITERS,
+        assignment: Assignment::Spherical,
+        init: Init::Strided,
+        max_points_per_centroid: TRAIN_PER_LIST,
+        reseed_empty: false,
+        seed: 0,
+    };
+    let assign = BackendAssign {
+        knn,
+        options: options.clone(),
+    };
+    let trained = cluster::train(rows, d, &params, &assign, cancel)?;
+    let centroids = KeyStore::from_f32(trained.centroids, d)?;
     let labels = knn.topk(rows, &centroids, 1, &options)?.ids;
     Ok((centroids, labels))
 }
@@ -204,16 +187,6 @@ pub(super) fn gather<T: Copy>(rows: &[T], ids: &[u32], dim: usize) -> Vec<T> {
         out.extend_from_slice(&rows[i as usize * dim..(i as usize + 1) * dim]);
     }
     out
-}
-
-/// Scales each row (`dim` values) to unit L2 norm; zero rows stay zero.
-pub(super) fn normalise_rows(rows: &mut [f32], dim: usize) {
-    for row in rows.chunks_exact_mut(dim) {
-        let norm = row.iter().map(|&x| x * x).sum::<f32>().sqrt();
-        if norm > 0.0 {
-            row.iter_mut().for_each(|x| *x /= norm);
-        }
-    }
 }
 
 #[cfg(test)]

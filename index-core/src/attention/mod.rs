@@ -29,17 +29,17 @@ mod params;
 mod pool_knn;
 mod train_lists;
 
+pub use crate::codes::Codes;
 pub use crate::graph::Prune;
 pub use auto_ef::AutoEf;
 pub use build::BuildStats;
 pub use far_check::FarCheck;
-pub use crate::codes::Codes;
 pub use params::{AttentionParams, EntryRule, Projection, TrainOn};
 pub use pool_knn::PooledKnn;
 
 use crate::cancel::Cancel;
-use crate::error::{Error, Result};
 use crate::codes::KeyCodes;
+use crate::error::{Error, Result};
 use crate::graph::codes::search_codes;
 use crate::graph::inline::InlineCodes;
 use crate::graph::{beam_search, BeamSettings, Csr, Neighbors};

@@ -1,7 +1,7 @@
 //! Build parameters of [`super::AttentionIndex`] and their presets.
 
-use crate::error::{Error, Result};
 use crate::codes::Codes;
+use crate::error::{Error, Result};
 use crate::graph::Prune;
 
 /// How training-query neighbour lists become key–key candidate edges.

@@ -108,7 +108,6 @@ impl KeyCodes {
     }
 }
 
-
 impl KeyCodes {
     /// Lines of codes per group at width `w`.
     pub(crate) fn code_lines(&self, w: Width) -> usize {
@@ -156,7 +155,9 @@ impl KeyCodes {
     /// Quantizes `query` for groups at width `w` (padded to their dimensions).
     pub(crate) fn quantize_query_as(&self, w: Width, query: &[f32], quant: &mut QuantQuery) {
         self.quantize_query(query, quant);
-        quant.codes.resize(w.dims_per_line() * self.code_lines(w), 0);
+        quant
+            .codes
+            .resize(w.dims_per_line() * self.code_lines(w), 0);
     }
 
     /// The estimates of whole consecutive groups at width `w` into `out` (16 per group).

@@ -23,7 +23,7 @@ mod keys;
 mod select;
 
 pub(crate) use i4::I4;
-pub(crate) use i8::{I8, EMPTY_LINE};
+pub(crate) use i8::{EMPTY_LINE, I8};
 pub use keys::{CodeScorer, KeyCodes};
 pub(crate) use select::top_ids;
 
@@ -153,7 +153,13 @@ impl Width {
     }
 
     /// [`GroupCode::write_code`] of this width.
-    pub(crate) fn write_code(self, lines: &mut [Line], slot: usize, code: &[i8], scale: f32) -> f32 {
+    pub(crate) fn write_code(
+        self,
+        lines: &mut [Line],
+        slot: usize,
+        code: &[i8],
+        scale: f32,
+    ) -> f32 {
         with_code!(self, C => C::write_code(lines, slot, code, scale))
     }
 
@@ -171,7 +177,6 @@ pub(crate) trait GroupSink {
     /// (never 0), `ids` the group's ids.
     fn take(&mut self, mask: u32, ids: &[u32; GROUP], est: &[f32; GROUP]);
 }
-
 
 /// The estimates of the first `count` slots of consecutive `groups` (of `quads + 2` lines) for
 /// `query` (its codes padded to `4 · quads`), handed to `sink` ([`GroupSink`]) group by group.
@@ -235,4 +240,3 @@ pub(crate) fn rerank_exact(
     out.stats.distance_computations = exact_products;
     out.stats.code_estimates = estimates;
 }
-

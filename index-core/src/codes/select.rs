@@ -83,4 +83,3 @@ fn top_ids_impl(
     }
     out.extend(picked.iter().map(|&x| x as u32));
 }
-

@@ -8,8 +8,8 @@
 //! costs less per query than any walk or list probe; at long ones it reads every code, and the
 //! graph's walk wins.
 
-use crate::error::Result;
 use crate::codes::{rerank_exact, top_ids, KeyCodes, Line, Width};
+use crate::error::Result;
 use crate::metric::int8::GROUP;
 use crate::scratch::Scratch;
 use crate::search::SearchOutput;

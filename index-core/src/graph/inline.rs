@@ -23,9 +23,9 @@
 //! saved). A node whose list changes (an insert) gets a new block at the end; the old one is
 //! reclaimed when dead blocks outgrow live ones.
 
-use crate::codes::{scan_groups, CodeScorer, GroupSink, KeyCodes, Line, EMPTY_LINE};
 use super::search::Walk;
 use super::Neighbors;
+use crate::codes::{scan_groups, CodeScorer, GroupSink, KeyCodes, Line, EMPTY_LINE};
 use crate::metric::int8::{i8_kernels, GroupQ8, QuantQuery, GROUP};
 use crate::scratch::{BeamList, VisitedSet};
 

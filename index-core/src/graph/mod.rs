@@ -24,9 +24,9 @@ mod reach;
 pub mod repair;
 mod search;
 
+pub use crate::store::Estimate;
 pub use prune::{prune, Prune};
 pub use reach::mark_reachable;
-pub use crate::store::Estimate;
 pub use search::{beam_search, beam_search_by, BeamSettings};
 
 use crate::error::{Error, Result};

@@ -9,9 +9,9 @@
 //! for the running CPU is picked at run time (the crate itself is built for baseline x86-64, so
 //! without this the list and visited-set code would be limited to SSE2).
 
+use crate::error::{Error, Result};
 #[cfg(target_arch = "x86_64")]
 use crate::metric::isa::{loop_isa, LoopIsa};
-use crate::error::{Error, Result};
 use crate::scratch::{BeamList, Scratch, VisitedSet};
 use crate::search::{SearchOutput, SearchParams, SearchStats};
 use crate::store::{Estimate, Scorer};

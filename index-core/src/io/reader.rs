@@ -1,9 +1,9 @@
 //! Reading files: [`RawFile`] maps a file (or copies caller bytes into an anonymous mapping),
 //! checks the header and section table, and hands out typed, bounds-checked section views.
 
-use crate::store::{Backing, Buf};
 use super::format::{checksum, parse_table, Header, SectionEntry, SectionKind};
 use crate::error::{Error, Result};
+use crate::store::{Backing, Buf};
 use bytemuck::Pod;
 use memmap2::Mmap;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,6 @@
 //! | file | job |
 //! |---|---|
 //! | `params.rs` | build parameters ([`IvfParams`]) |
-//! | `kmeans.rs` | seeded k-means++ and Lloyd iterations, IP or spherical assignment |
 //! | `codes.rs` | the lists on int8 or 4-bit codes (`codes=i8`, `codes=i4`) |
 //! | `search.rs` | the search: centroids, then the probed lists (on the keys or their codes) |
 //! | `mod.rs` | the index and its build |
@@ -21,15 +20,15 @@
 //! and the result is exact.
 
 mod codes;
-mod kmeans;
 mod params;
 mod search;
 
+pub use crate::cluster::Assignment;
 pub use codes::ListCodes;
-pub use kmeans::Assignment;
 pub use params::IvfParams;
 
 use crate::cancel::Cancel;
+use crate::cluster::{self, ArgmaxAssign, Assign, ClusteringParams, Init};
 use crate::error::{Error, Result};
 use crate::store::Buf;
 use crate::store::KeyStore;
@@ -96,34 +95,21 @@ impl IvfIndex {
         let dim = keys.dim();
         let nlist = params.nlist_for(n).min(n);
         let keys32 = keys.to_f32();
-        let max_train = params.max_train_per_list.saturating_mul(nlist);
-        let sample: Vec<f32>;
-        let train: &[f32] = if n > max_train {
-            let step = n as f64 / max_train as f64;
-            sample = (0..max_train)
-                .flat_map(|i| {
-                    let r = (i as f64 * step) as usize;
-                    keys32[r * dim..(r + 1) * dim].iter().copied()
-                })
-                .collect();
-            &sample
-        } else {
-            &keys32
+        let clustering = ClusteringParams {
+            k: nlist,
+            iters: params.iters,
+            assignment: params.assignment,
+            init: Init::PlusPlus,
+            max_points_per_centroid: params.max_train_per_list,
+            reseed_empty: true,
+            seed: params.seed,
         };
-        let trained = kmeans::train(
-            train,
-            dim,
-            nlist,
-            params.iters,
-            params.assignment,
-            params.seed,
-            cancel,
-        )?;
+        let trained = cluster::train(&keys32, dim, &clustering, &ArgmaxAssign, cancel)?;
         let kmeans_s = start.elapsed().as_secs_f64();
         cancel.check("IVF build")?;
 
         let t = Instant::now();
-        let labels = kmeans::assign(&keys32, &trained.centroids, dim);
+        let labels = ArgmaxAssign.assign(&keys32, &trained.centroids, dim)?;
         let mut offsets = vec![0u32; nlist + 1];
         for &l in &labels {
             offsets[l as usize + 1] += 1;
@@ -145,7 +131,7 @@ impl IvfIndex {
         let sum_sq: f64 = sizes.clone().map(|s| (s * s) as f64).sum();
         let stats = BuildStats {
             nlist,
-            train_keys: train.len() / dim,
+            train_keys: trained.points,
             iters: params.iters,
             reseeded: trained.reseeded,
             min_list: sizes.clone().min().unwrap_or(0),
@@ -156,8 +142,10 @@ impl IvfIndex {
             total_s: start.elapsed().as_secs_f64(),
         };
         let lists = Arc::new(lists);
-        let codes =
-            params.codes.scan_width().map(|w| ListCodes::new(&lists, &offsets, w));
+        let codes = params
+            .codes
+            .scan_width()
+            .map(|w| ListCodes::new(&lists, &offsets, w));
         Ok(IvfIndex {
             dim,
             centroids,
@@ -219,7 +207,10 @@ impl IvfIndex {
                 format!("must start at 0 and end at n = {n}"),
             ));
         }
-        let codes = params.codes.scan_width().map(|w| ListCodes::new(&lists, o, w));
+        let codes = params
+            .codes
+            .scan_width()
+            .map(|w| ListCodes::new(&lists, o, w));
         Ok(IvfIndex {
             dim,
             centroids,

@@ -1,6 +1,6 @@
 //! Build parameters of [`super::IvfIndex`].
 
-use super::kmeans::Assignment;
+use crate::cluster::Assignment;
 use crate::codes::Codes;
 use crate::error::{at_least_one, Error, Result};
 

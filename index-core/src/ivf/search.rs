@@ -2,8 +2,8 @@
 //! keys (or on their codes, then the best candidates re-ranked on the keys).
 
 use super::IvfIndex;
-use crate::error::{at_least_one, Result};
 use crate::codes::rerank_exact;
+use crate::error::{at_least_one, Result};
 use crate::scratch::Scratch;
 use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};
 

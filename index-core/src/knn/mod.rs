@@ -173,3 +173,24 @@ pub fn check_knn_args(queries: &[f32], keys: &KeyStore, k: usize) -> Result<usiz
     }
     Ok(queries.len() / d)
 }
+/// [`crate::cluster::Assign`] through a backend's top-1 search: a clustering assigns where the
+/// caller's kNN runs (a GPU backend serves it).
+pub struct BackendAssign<'a> {
+    pub knn: &'a dyn KnnBackend,
+    pub options: KnnOptions,
+}
+
+impl std::fmt::Debug for BackendAssign<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendAssign")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl crate::cluster::Assign for BackendAssign<'_> {
+    fn assign(&self, points: &[f32], centroids: &[f32], dim: usize) -> Result<Vec<u32>> {
+        let store = KeyStore::from_f32(centroids.to_vec(), dim)?;
+        Ok(self.knn.topk(points, &store, 1, &self.options)?.ids)
+    }
+}

@@ -171,4 +171,3 @@ impl Estimate for QueryScorer<'_> {
         QueryScorer::score_ids(self, ids, out)
     }
 }
-

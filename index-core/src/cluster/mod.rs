@@ -1,11 +1,17 @@
-//! Seeded k-means for the IVF coarse quantizer: k-means++ initialisation (faiss initialises
-//! with random points), a fixed number of Lloyd iterations, assignment by inner product,
-//! centroids either plain means or renormalised to unit length after each update (spherical,
-//! what faiss IVF-Flat with `METRIC_INNER_PRODUCT` does), empty clusters re-seeded by splitting
-//! a large one (faiss `Clustering`'s rule).
+//! One k-means for every clustering of the crate (faiss's `Clustering` with its
+//! `ClusteringParameters`): IVF's coarse quantizer, the build's coarse lists over the keys
+//! (`knn_probe`) and the pooled kNN's clusters of training queries (`knn_pool`).
 //!
-//! The assignment step is a tiled matrix product (`faer`, rayon over row tiles) followed by a
-//! per-row argmax, as in `knn/cpu.rs`.
+//! ```text
+//!  points ──evenly strided sample (≤ max_points_per_centroid · k)──► training points
+//!         ──Init: k-means++ (seeded) | evenly strided points──► k centroids
+//!         ──iters × [Assign (top-1 by inner product) → means → re-seed empty → unit rows]──► Trained
+//! ```
+//!
+//! Points go to the centroid with the largest inner product through an [`Assign`]: the tiled
+//! matrix product of [`ArgmaxAssign`] (`faer`, rayon over row tiles), or the crate's
+//! [`crate::knn::KnnBackend`] (its top-1; a GPU backend serves it), so a clustering runs where
+//! the caller's kNN runs.
 
 use crate::cancel::Cancel;
 use crate::error::Result;
@@ -14,7 +20,7 @@ use faer::linalg::matmul::matmul;
 use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
-/// Rows per assignment tile (one rayon task each).
+/// Rows per assignment tile of [`ArgmaxAssign`] (one rayon task each).
 const ROW_TILE: usize = 256;
 
 /// How points are assigned to centroids.
@@ -28,12 +34,156 @@ pub enum Assignment {
     Spherical,
 }
 
+/// Where the first centroids come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Init {
+    /// k-means++ (Arthur & Vassilvitskii 2007) on the training points, seeded.
+    PlusPlus,
+    /// Evenly strided training points: no sequential passes (k-means++ costs `k` passes over
+    /// the points, more than a cheap clustering saves at large sizes).
+    Strided,
+}
+
+/// The parameters of one clustering (faiss's `ClusteringParameters`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ClusteringParams {
+    /// Clusters (`1 ≤ k ≤` points).
+    pub k: usize,
+    /// Lloyd iterations.
+    pub iters: usize,
+    pub assignment: Assignment,
+    pub init: Init,
+    /// Training uses at most `max_points_per_centroid · k` points, evenly strided (faiss
+    /// samples at random; a stride keeps it deterministic without a seed).
+    pub max_points_per_centroid: usize,
+    /// Re-seed empty clusters by splitting a large one (faiss's rule); `false` keeps an empty
+    /// cluster's centroid where it was.
+    pub reseed_empty: bool,
+    /// Seed of k-means++ and of the re-seeding.
+    pub seed: u64,
+}
+
 /// Result of [`train`]: `k × dim` centroids, row-major.
 #[derive(Clone, Debug)]
-pub(crate) struct Trained {
+pub struct Trained {
     pub centroids: Vec<f32>,
     /// Empty clusters re-seeded over all iterations.
     pub reseeded: usize,
+    /// Points trained on (the strided sample).
+    pub points: usize,
+}
+
+/// Assigns each of `points` (`m × dim`, f32) to the centroid (`k × dim`) with the largest
+/// inner product.
+pub trait Assign {
+    fn assign(&self, points: &[f32], centroids: &[f32], dim: usize) -> Result<Vec<u32>>;
+}
+
+/// [`Assign`] by a tiled matrix product and a per-row argmax on the CPU (ties: the first).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ArgmaxAssign;
+
+impl Assign for ArgmaxAssign {
+    fn assign(&self, points: &[f32], centroids: &[f32], dim: usize) -> Result<Vec<u32>> {
+        Ok(argmax_assign(points, centroids, dim))
+    }
+}
+
+/// At most `count` rows of `rows` (`dim` values each), evenly strided: all of them when there
+/// are no more than `count`.
+pub fn strided_rows(rows: &[f32], dim: usize, count: usize) -> std::borrow::Cow<'_, [f32]> {
+    let n = rows.len() / dim;
+    if n <= count {
+        return std::borrow::Cow::Borrowed(rows);
+    }
+    let step = n as f64 / count as f64;
+    std::borrow::Cow::Owned(
+        (0..count)
+            .flat_map(|i| {
+                let r = (i as f64 * step) as usize;
+                rows[r * dim..(r + 1) * dim].iter().copied()
+            })
+            .collect(),
+    )
+}
+
+/// Trains `params.k` centroids on `points` (`m × dim`, f32; `k ≤ m`): a sample of at most
+/// `max_points_per_centroid · k` strided points, the initial centroids of `params.init`, then
+/// `params.iters` Lloyd iterations assigning through `assign`.
+///
+/// Errors: [`crate::Error::Cancelled`] once `cancel` is set (checked per iteration and per
+/// k-means++ step); those of `assign`.
+pub fn train(
+    points: &[f32],
+    dim: usize,
+    params: &ClusteringParams,
+    assign: &dyn Assign,
+    cancel: &Cancel,
+) -> Result<Trained> {
+    let k = params.k;
+    let points = strided_rows(
+        points,
+        dim,
+        params.max_points_per_centroid.saturating_mul(k),
+    );
+    let points: &[f32] = &points;
+    let mut rng = Rng::new(params.seed);
+    let mut centroids = match params.init {
+        Init::PlusPlus => kmeans_pp(points, dim, k, &mut rng, cancel)?,
+        Init::Strided => strided_rows(points, dim, k).into_owned(),
+    };
+    let spherical = params.assignment == Assignment::Spherical;
+    if spherical {
+        normalise_rows(&mut centroids, dim);
+    }
+    let mut reseeded = 0;
+    for _ in 0..params.iters {
+        cancel.check("k-means")?;
+        let labels = assign.assign(points, &centroids, dim)?;
+        let mut sums = vec![0.0f64; k * dim];
+        let mut counts = vec![0usize; k];
+        for (row, &c) in points.chunks_exact(dim).zip(&labels) {
+            let c = c as usize;
+            counts[c] += 1;
+            for (s, &x) in sums[c * dim..(c + 1) * dim].iter_mut().zip(row) {
+                *s += x as f64;
+            }
+        }
+        for c in 0..k {
+            if counts[c] > 0 {
+                let inv = 1.0 / counts[c] as f64;
+                for (o, &s) in centroids[c * dim..(c + 1) * dim]
+                    .iter_mut()
+                    .zip(&sums[c * dim..(c + 1) * dim])
+                {
+                    *o = (s * inv) as f32;
+                }
+            }
+        }
+        if params.reseed_empty {
+            reseeded += split_empty(&mut centroids, &mut counts, dim, &mut rng);
+        }
+        if spherical {
+            normalise_rows(&mut centroids, dim);
+        }
+    }
+    Ok(Trained {
+        centroids,
+        reseeded,
+        points: points.len() / dim,
+    })
+}
+
+/// Scales each row (`dim` values) to unit L2 norm (the norm summed in f64); zero rows stay
+/// zero.
+pub fn normalise_rows(rows: &mut [f32], dim: usize) {
+    for row in rows.chunks_exact_mut(dim) {
+        let norm = row.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+        if norm > 0.0 {
+            let inv = (1.0 / norm) as f32;
+            row.iter_mut().for_each(|x| *x *= inv);
+        }
+    }
 }
 
 /// Squared L2 distance.
@@ -62,7 +212,7 @@ pub(crate) fn kmeans_pp(
         .map(|i| l2sq(row(i), row(first)))
         .collect();
     for _ in 1..k {
-        cancel.check("IVF k-means++")?;
+        cancel.check("k-means++")?;
         let total: f64 = d2.iter().map(|&x| x as f64).sum();
         let next = if total > 0.0 {
             let mut target = rng.uniform() as f64 * total;
@@ -92,7 +242,7 @@ pub(crate) fn kmeans_pp(
 }
 
 /// For every row of `points` (`m × dim`), the centroid with the largest inner product.
-pub(crate) fn assign(points: &[f32], centroids: &[f32], dim: usize) -> Vec<u32> {
+pub(crate) fn argmax_assign(points: &[f32], centroids: &[f32], dim: usize) -> Vec<u32> {
     let k = centroids.len() / dim;
     let m = points.len() / dim;
     let mut out = vec![0u32; m];
@@ -118,56 +268,6 @@ pub(crate) fn assign(points: &[f32], centroids: &[f32], dim: usize) -> Vec<u32> 
         },
     );
     out
-}
-
-/// Runs k-means++ then `iters` Lloyd iterations on `points` (`m × dim`, `k ≤ m`).
-pub(crate) fn train(
-    points: &[f32],
-    dim: usize,
-    k: usize,
-    iters: usize,
-    assignment: Assignment,
-    seed: u64,
-    cancel: &Cancel,
-) -> Result<Trained> {
-    let mut rng = Rng::new(seed);
-    let mut centroids = kmeans_pp(points, dim, k, &mut rng, cancel)?;
-    if assignment == Assignment::Spherical {
-        normalise_rows(&mut centroids, dim);
-    }
-    let mut reseeded = 0;
-    for _ in 0..iters {
-        cancel.check("IVF k-means")?;
-        let labels = assign(points, &centroids, dim);
-        let mut sums = vec![0.0f64; k * dim];
-        let mut counts = vec![0usize; k];
-        for (row, &c) in points.chunks_exact(dim).zip(&labels) {
-            let c = c as usize;
-            counts[c] += 1;
-            for (s, &x) in sums[c * dim..(c + 1) * dim].iter_mut().zip(row) {
-                *s += x as f64;
-            }
-        }
-        for c in 0..k {
-            if counts[c] > 0 {
-                let inv = 1.0 / counts[c] as f64;
-                for (o, &s) in centroids[c * dim..(c + 1) * dim]
-                    .iter_mut()
-                    .zip(&sums[c * dim..(c + 1) * dim])
-                {
-                    *o = (s * inv) as f32;
-                }
-            }
-        }
-        reseeded += split_empty(&mut centroids, &mut counts, dim, &mut rng);
-        if assignment == Assignment::Spherical {
-            normalise_rows(&mut centroids, dim);
-        }
-    }
-    Ok(Trained {
-        centroids,
-        reseeded,
-    })
 }
 
 /// Re-seeds every empty cluster by splitting a large one, as faiss `Clustering` does: a
@@ -223,16 +323,6 @@ fn split_empty(centroids: &mut [f32], counts: &mut [usize], dim: usize, rng: &mu
     reseeded
 }
 
-fn normalise_rows(rows: &mut [f32], dim: usize) {
-    for row in rows.chunks_exact_mut(dim) {
-        let norm = row.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
-        if norm > 0.0 {
-            let inv = (1.0 / norm) as f32;
-            row.iter_mut().for_each(|x| *x *= inv);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +330,44 @@ mod tests {
     fn points(m: usize, dim: usize, seed: u64) -> Vec<f32> {
         let mut rng = Rng::new(seed);
         (0..m * dim).map(|_| rng.normal()).collect()
+    }
+
+    fn ivf_like(k: usize, iters: usize, assignment: Assignment, seed: u64) -> ClusteringParams {
+        ClusteringParams {
+            k,
+            iters,
+            assignment,
+            init: Init::PlusPlus,
+            max_points_per_centroid: usize::MAX,
+            reseed_empty: true,
+            seed,
+        }
+    }
+
+    #[test]
+    fn strided_init_without_reseeding_keeps_empty_centroids_and_unit_rows() {
+        let p = points(200, 5, 11);
+        let params = ClusteringParams {
+            init: Init::Strided,
+            reseed_empty: false,
+            max_points_per_centroid: 8,
+            ..ivf_like(10, 3, Assignment::Spherical, 0)
+        };
+        let t = train(&p, 5, &params, &ArgmaxAssign, &Cancel::new()).expect("train");
+        assert_eq!(t.reseeded, 0);
+        assert_eq!(t.centroids.len(), 50);
+        for row in t.centroids.chunks_exact(5) {
+            let norm: f32 = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() < 1e-4);
+        }
+        // The sample: 80 of 200 rows, evenly strided; a stride of 2.5 rows.
+        let sample = strided_rows(&p, 5, 80);
+        assert_eq!(sample.len(), 80 * 5);
+        assert_eq!(&sample[5..10], &p[10..15]);
+        assert!(matches!(
+            strided_rows(&p, 5, 500),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]
@@ -271,7 +399,7 @@ mod tests {
         let (dim, k) = (12, 37);
         let p = points(1000, dim, 2);
         let c = points(k, dim, 3);
-        let got = assign(&p, &c, dim);
+        let got = argmax_assign(&p, &c, dim);
         for (i, row) in p.chunks_exact(dim).enumerate() {
             let scores: Vec<f64> = c
                 .chunks_exact(dim)
@@ -296,8 +424,15 @@ mod tests {
                 p.push(centre + 0.1 * rng.normal());
             }
         }
-        let t = train(&p, dim, 4, 10, Assignment::Spherical, 5, &Cancel::new()).expect("train");
-        let labels = assign(&p, &t.centroids, dim);
+        let t = train(
+            &p,
+            dim,
+            &ivf_like(4, 10, Assignment::Spherical, 5),
+            &ArgmaxAssign,
+            &Cancel::new(),
+        )
+        .expect("train");
+        let labels = argmax_assign(&p, &t.centroids, dim);
         for blob in 0..4 {
             let first = labels[blob];
             assert!(
@@ -312,7 +447,14 @@ mod tests {
                 "spherical centroids have unit norm"
             );
         }
-        let again = train(&p, dim, 4, 10, Assignment::Spherical, 5, &Cancel::new()).expect("again");
+        let again = train(
+            &p,
+            dim,
+            &ivf_like(4, 10, Assignment::Spherical, 5),
+            &ArgmaxAssign,
+            &Cancel::new(),
+        )
+        .expect("again");
         assert_eq!(
             t.centroids, again.centroids,
             "seeded training is deterministic"
@@ -340,6 +482,13 @@ mod tests {
         let p = points(300, 4, 9);
         let cancel = Cancel::new();
         cancel.cancel();
-        assert!(train(&p, 4, 10, 3, Assignment::InnerProduct, 0, &cancel).is_err());
+        assert!(train(
+            &p,
+            4,
+            &ivf_like(10, 3, Assignment::InnerProduct, 0),
+            &ArgmaxAssign,
+            &cancel
+        )
+        .is_err());
     }
 }
