@@ -48,6 +48,7 @@ pub mod codes;
 pub mod dump;
 pub mod error;
 pub mod eval;
+pub mod file;
 pub mod flat;
 pub mod graph;
 pub mod hnsw;

@@ -17,7 +17,6 @@
 use crate::cancel::Cancel;
 use crate::cluster::{self, Assignment, ClusteringParams, Init};
 use crate::error::{Error, Result};
-use crate::ivf::IvfParams;
 use crate::knn::{check_knn_args, BackendAssign, KnnBackend, KnnOptions, KnnResult};
 use crate::scratch::TopK;
 use crate::store::{KeyStore, KeysRef};
@@ -95,7 +94,7 @@ pub(super) fn topk(
     Ok(KnnResult { k, ids, scores })
 }
 
-/// The keys split into `round(4·√n)` lists by [`spherical_kmeans`] (as [`IvfParams`]'s default
+/// The keys split into `round(4·√n)` lists by [`spherical_kmeans`] (as IVF's default
 /// `nlist`). The lists only have to gather near keys; the scans are exact.
 struct Partition {
     /// `nlist × dim`, unit rows (f32).
@@ -111,7 +110,7 @@ struct Partition {
 impl Partition {
     fn new(keys: &KeyStore, knn: &dyn KnnBackend, cancel: &Cancel) -> Result<Self> {
         let (n, d) = (keys.len(), keys.dim());
-        let nlist = IvfParams::default_nlist(n);
+        let nlist = cluster::default_k(n);
         let keys32 = keys.to_f32();
         let (centroids, labels) = spherical_kmeans(&keys32, d, nlist, knn, cancel)?;
         let mut offsets = vec![0u32; nlist + 1];

@@ -23,6 +23,7 @@ mod auto_ef;
 mod build;
 mod coarse;
 mod far_check;
+mod file;
 mod graph_knn;
 mod insert;
 mod params;

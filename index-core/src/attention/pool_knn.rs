@@ -19,8 +19,8 @@
 
 use super::coarse::{gather, spherical_kmeans};
 use crate::cancel::Cancel;
+use crate::cluster;
 use crate::error::{Error, Result};
-use crate::ivf::IvfParams;
 use crate::knn::{check_knn_args, KnnBackend, KnnOptions, KnnResult};
 use crate::store::KeyStore;
 use rayon::prelude::*;
@@ -79,7 +79,7 @@ pub(super) fn pool_topk(
         ));
     }
     let (n, d) = (keys.len(), keys.dim());
-    let nlist = IvfParams::default_nlist(m).min(m);
+    let nlist = cluster::default_k(m).min(m);
     let options = KnnOptions {
         causal: false,
         cancel: cancel.clone(),

@@ -63,6 +63,12 @@ pub struct ClusteringParams {
     pub seed: u64,
 }
 
+/// The default number of clusters for `n` points, `round(4·√n)` (at least 1, at most `n`): IVF's
+/// default `nlist`, and the coarse lists and query clusters of the build.
+pub fn default_k(n: usize) -> usize {
+    ((4.0 * (n as f64).sqrt()).round() as usize).clamp(1, n.max(1))
+}
+
 /// Result of [`train`]: `k × dim` centroids, row-major.
 #[derive(Clone, Debug)]
 pub struct Trained {

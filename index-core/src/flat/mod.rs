@@ -4,6 +4,7 @@
 //! (`codes.rs`, [`ScanCodes`]).
 
 mod codes;
+mod file;
 
 pub use codes::ScanCodes;
 

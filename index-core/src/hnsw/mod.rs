@@ -20,6 +20,7 @@
 //! levels' included; it is at most `n + `[`HnswIndex::search_overhead`].
 
 mod build;
+mod file;
 mod params;
 mod upper;
 

@@ -6,12 +6,13 @@
 //! The manifest is written last (atomically), so a bundle whose build stopped midway has no
 //! manifest, or the previous one.
 
-use super::kinds::{KeyRef, KeysPlacement, Persist};
-use super::reader::RawFile;
-use super::writer::{write_atomic, FileWriter};
 use super::{check_key_ref, inspect_file, key_path, AnyIndex, FileKind, Inspection, LoadOptions};
 use super::{SectionKind, VerifyReport};
 use crate::error::{Error, Result};
+use crate::file::persist::{KeyRef, KeysPlacement, Persist};
+use crate::file::reader::RawFile;
+use crate::file::sections::json_bytes;
+use crate::file::writer::{write_atomic, FileWriter};
 use crate::store::KeyStore;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -84,7 +85,7 @@ impl BundleWriter {
         w.section_cow(SectionKind::KEYS, super::key_bytes(keys));
         w.section_owned(
             SectionKind::PARAMS,
-            super::sections::json_bytes(&serde_json::json!({"layer": layer, "kv_head": kv_head}))?,
+            json_bytes(&serde_json::json!({"layer": layer, "kv_head": kv_head}))?,
         );
         let checksum = format!("{:016x}", w.header_checksum()?);
         w.write(&self.dir.join(&file))?;
@@ -150,7 +151,7 @@ impl BundleWriter {
             indexes: self.indexes,
             meta,
         };
-        let bytes = super::sections::json_bytes(&manifest)?;
+        let bytes = json_bytes(&manifest)?;
         write_atomic(&self.dir.join(MANIFEST), |w| w.write_all(&bytes))?;
         Ok(self.dir)
     }

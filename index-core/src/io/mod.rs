@@ -1,16 +1,14 @@
 //! Index files: versioned, checksummed, memory-mapped (docs/FORMAT.md).
 //!
+//! The layers under it: [`crate::file`] (header, table, reader, writer, the section codecs,
+//! [`Persist`] and [`Decode`]), each kind's `file.rs` (its sections), and
+//! [`crate::spec::AnyIndex`] (the dispatch on the header's kind). This module opens and checks
+//! files and bundles:
+//!
 //! | file | job |
 //! |---|---|
-//! | `format.rs` | header, section table, section kinds, checksum (xxh3-64), [`format::reseal`] |
-//! | `writer.rs` | [`FileWriter`] (layout, padding, checksums) and [`write_atomic`] |
-//! | `reader.rs` | [`RawFile`]: map, check header and table, typed section views |
-//! | `buf.rs` | [`Buf`]: owned or mapped arrays behind one slice accessor |
-//! | `kinds.rs` | [`Persist`], the attention and flat sections, `save`, decoding of any file |
-//! | `baselines.rs` | the sections of HNSW, IVF and Vamana, their decoders and full checks |
-//! | `sections.rs` | codecs shared by the kinds: PARAMS JSON, CSR graphs, entry points, key arrays |
+//! | `mod.rs` | [`load`], [`load_bytes`], [`load_keys`], [`verify`], [`inspect`], [`LoadOptions`] |
 //! | `bundle.rs` | bundles: keys stored once per KV head, one index file per query head |
-//! | `mod.rs` | [`load`], [`verify`], [`inspect`], [`AnyIndex`] |
 //!
 //! Opening checks the header, the table, every bound, alignment and count, before any byte is
 //! cast. By default ([`LoadOptions::default`]) it also checks every section checksum and scans
@@ -22,30 +20,19 @@
 //! skip ids `≥ n`). A loaded index searches the mapped pages: nothing is copied (unless
 //! [`LoadOptions::resident`] asks for a copy in huge pages).
 
-mod baselines;
-
 pub mod bundle;
-pub mod format;
-mod kinds;
-mod reader;
-mod sections;
-mod writer;
 
+pub use crate::file::format;
+pub use crate::file::format::{FileKind, SectionKind, FORMAT_VERSION};
+pub use crate::file::persist::{key_bytes, Decode, KeyRef, KeysPlacement, Persist};
+pub use crate::file::reader::RawFile;
+pub use crate::file::writer::{write_atomic, FileWriter};
+pub use crate::spec::AnyIndex;
 pub use crate::store::{Backing, Buf, Mapped};
-pub use format::{FileKind, SectionKind, FORMAT_VERSION};
-pub use kinds::{key_bytes, KeyRef, KeysPlacement, Persist};
-pub use reader::RawFile;
-pub use writer::{write_atomic, FileWriter};
 
-use crate::attention::AttentionIndex;
 use crate::error::{Error, Result};
-use crate::flat::FlatIndex;
-use crate::hnsw::HnswIndex;
-use crate::ivf::IvfIndex;
-use crate::scratch::Scratch;
-use crate::search::{AnnIndex, IndexKind, SearchOutput, SearchParams};
+use crate::file::persist::{keys_from, KeyResolver};
 use crate::store::KeyStore;
-use crate::vamana::VamanaIndex;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -91,167 +78,6 @@ impl LoadOptions {
     }
 }
 
-/// An index of any kind, as [`load`] returns it. Searches go through [`AnnIndex`]; the
-/// accessors give the concrete kind.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-// One value per opened file, never stored in bulk: the size difference does not matter.
-#[allow(clippy::large_enum_variant)]
-pub enum AnyIndex {
-    Attention(AttentionIndex),
-    Flat(FlatIndex),
-    Hnsw(HnswIndex),
-    Ivf(IvfIndex),
-    /// Vamana or RobustVamana (`params().robust`).
-    Vamana(VamanaIndex),
-}
-
-/// A `match` on the kind of an [`AnyIndex`] with one arm for every variant: `$e` with `$i`
-/// bound to the variant's index.
-macro_rules! each_kind {
-    ($any:expr, $i:ident => $e:expr) => {
-        match $any {
-            AnyIndex::Attention($i) => $e,
-            AnyIndex::Flat($i) => $e,
-            AnyIndex::Hnsw($i) => $e,
-            AnyIndex::Ivf($i) => $e,
-            AnyIndex::Vamana($i) => $e,
-        }
-    };
-}
-
-impl AnyIndex {
-    /// The attention index, if this is one.
-    pub fn as_attention(&self) -> Option<&AttentionIndex> {
-        match self {
-            AnyIndex::Attention(a) => Some(a),
-            _ => None,
-        }
-    }
-
-    /// The flat index, if this is one.
-    pub fn as_flat(&self) -> Option<&FlatIndex> {
-        match self {
-            AnyIndex::Flat(f) => Some(f),
-            _ => None,
-        }
-    }
-
-    /// The HNSW index, if this is one.
-    pub fn as_hnsw(&self) -> Option<&HnswIndex> {
-        match self {
-            AnyIndex::Hnsw(h) => Some(h),
-            _ => None,
-        }
-    }
-
-    /// The IVF index, if this is one.
-    pub fn as_ivf(&self) -> Option<&IvfIndex> {
-        match self {
-            AnyIndex::Ivf(i) => Some(i),
-            _ => None,
-        }
-    }
-
-    /// The Vamana (or RobustVamana) index, if this is one.
-    pub fn as_vamana(&self) -> Option<&VamanaIndex> {
-        match self {
-            AnyIndex::Vamana(v) => Some(v),
-            _ => None,
-        }
-    }
-
-    /// The index as a trait object.
-    pub fn as_dyn(&self) -> &dyn AnnIndex {
-        each_kind!(self, index => index)
-    }
-
-    /// The index as a boxed trait object.
-    pub fn into_box(self) -> Box<dyn AnnIndex> {
-        each_kind!(self, index => Box::new(index))
-    }
-
-    /// The keys it searches. For IVF these are its own copy in list order (row `p` is key
-    /// `list_ids()[p]`), as it keeps no id-ordered store.
-    pub fn key_store(&self) -> &Arc<KeyStore> {
-        self.as_persist().key_store()
-    }
-
-    /// The index as something [`Persist`] can write.
-    pub fn as_persist(&self) -> &dyn Persist {
-        each_kind!(self, index => index)
-    }
-
-    /// Writes the index with its keys to one self-contained file, atomically.
-    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        self.as_persist()
-            .writer(KeysPlacement::Inline)?
-            .write(path.as_ref())
-    }
-}
-
-/// `From` each kind into [`AnyIndex`], and `TryFrom` back (an [`Error::InvalidParam`] named
-/// `kind` for another kind).
-macro_rules! any_index_conversions {
-    ($($variant:ident($ty:ty)),* $(,)?) => {$(
-        impl From<$ty> for AnyIndex {
-            fn from(index: $ty) -> Self {
-                AnyIndex::$variant(index)
-            }
-        }
-
-        impl TryFrom<AnyIndex> for $ty {
-            type Error = Error;
-
-            fn try_from(any: AnyIndex) -> Result<Self> {
-                match any {
-                    AnyIndex::$variant(index) => Ok(index),
-                    other => Err(Error::invalid_param(
-                        "kind",
-                        other.kind().name(),
-                        concat!("expected ", stringify!($ty)),
-                    )),
-                }
-            }
-        }
-    )*};
-}
-
-any_index_conversions!(
-    Attention(AttentionIndex),
-    Flat(FlatIndex),
-    Hnsw(HnswIndex),
-    Ivf(IvfIndex),
-    Vamana(VamanaIndex),
-);
-
-impl AnnIndex for AnyIndex {
-    fn kind(&self) -> IndexKind {
-        self.as_dyn().kind()
-    }
-    fn len(&self) -> usize {
-        self.as_dyn().len()
-    }
-    fn dim(&self) -> usize {
-        self.as_dyn().dim()
-    }
-    fn memory_bytes(&self) -> usize {
-        self.as_dyn().memory_bytes()
-    }
-    fn search_seeded(
-        &self,
-        query: &[f32],
-        k: usize,
-        params: &SearchParams,
-        seeds: &[u32],
-        scratch: &mut Scratch,
-        out: &mut SearchOutput,
-    ) -> Result<()> {
-        self.as_dyn()
-            .search_seeded(query, k, params, seeds, scratch, out)
-    }
-}
-
 /// Opens the index file at `path` by mapping it; its searches read the mapping (no copy).
 /// An index file of a bundle finds its key file next to it (and checks the key file's
 /// checksum against the reference).
@@ -292,7 +118,7 @@ fn keys_of_file(raw: &RawFile, opts: &LoadOptions) -> Result<Arc<KeyStore>> {
     if opts.verify {
         raw.verify_checksums()?;
     }
-    let keys = kinds::keys_from(raw)?;
+    let keys = keys_from(raw)?;
     if opts.verify {
         if let Some(row) = keys.first_non_finite_row() {
             return Err(raw.error(
@@ -304,15 +130,11 @@ fn keys_of_file(raw: &RawFile, opts: &LoadOptions) -> Result<Arc<KeyStore>> {
     Ok(keys)
 }
 
-fn load_raw(
-    raw: &RawFile,
-    opts: &LoadOptions,
-    resolve: &mut kinds::KeyResolver<'_>,
-) -> Result<AnyIndex> {
+fn load_raw(raw: &RawFile, opts: &LoadOptions, resolve: &mut KeyResolver<'_>) -> Result<AnyIndex> {
     if opts.verify {
         raw.verify_checksums()?;
     }
-    kinds::decode(raw, opts, resolve)
+    crate::spec::any::decode(raw, opts.verify, resolve)
 }
 
 /// Opens the key file a reference names, next to the index file, and checks its checksum.

@@ -20,6 +20,7 @@
 //! and the result is exact.
 
 mod codes;
+mod file;
 mod params;
 mod search;
 

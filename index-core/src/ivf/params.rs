@@ -57,7 +57,7 @@ impl Default for IvfParams {
 impl IvfParams {
     /// `round(4·√n)`, at least 1 and at most `n`.
     pub fn default_nlist(n: usize) -> usize {
-        ((4.0 * (n as f64).sqrt()).round() as usize).clamp(1, n.max(1))
+        crate::cluster::default_k(n)
     }
 
     /// The lists of a build over `n` keys: `nlist` when set, else [`IvfParams::default_nlist`],

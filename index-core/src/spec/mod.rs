@@ -32,14 +32,16 @@
 //! | `ivf` / `ivf-ip` | [`IvfIndex`] | [`IvfParams::default`] / inner-product centroids |
 //! | `vamana` / `robust-vamana` | [`VamanaIndex`] | [`VamanaParams::default`] / [`VamanaParams::robust`] |
 
+pub mod any;
 mod keys;
+
+pub use any::AnyIndex;
 
 use crate::attention::{AttentionIndex, AttentionParams, TrainOn};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::flat::{FlatIndex, FlatParams};
 use crate::hnsw::{HnswIndex, HnswParams};
-use crate::io::AnyIndex;
 use crate::ivf::{Assignment, IvfIndex, IvfParams};
 use crate::knn::KnnBackend;
 use crate::search::IndexKind;

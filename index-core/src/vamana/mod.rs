@@ -22,6 +22,7 @@
 //! is implemented. A connectivity pass, not in DiskANN, links any key the medoid cannot reach so that `ef = n` is exact.
 
 mod build;
+mod file;
 mod params;
 
 pub use build::BuildStats;

@@ -1,4 +1,4 @@
-//! Section encoders and decoders shared by the kinds ([`super::kinds`], [`super::baselines`]):
+//! Section encoders and decoders shared by the kinds (each kind's `file.rs`):
 //! the PARAMS JSON, CSR graphs, entry points, key arrays and the errors of the graph scan.
 
 use super::format::{SectionKind, I8_AFFINE_SINCE_VERSION};
@@ -19,7 +19,7 @@ pub(crate) fn json_bytes<T: serde::Serialize>(v: &T) -> Result<Vec<u8>> {
 /// The PARAMS section of an index kind: `{"index": name, "params": {...}}` plus, for IVF, the
 /// number of lists the build chose.
 #[derive(serde::Serialize, serde::Deserialize)]
-pub(super) struct Section<P> {
+pub(crate) struct Section<P> {
     pub index: String,
     pub params: P,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -27,7 +27,7 @@ pub(super) struct Section<P> {
 }
 
 /// The PARAMS section's bytes.
-pub(super) fn params_json<P: serde::Serialize>(
+pub(crate) fn params_json<P: serde::Serialize>(
     index: &str,
     params: &P,
     nlist: Option<usize>,
@@ -40,7 +40,7 @@ pub(super) fn params_json<P: serde::Serialize>(
 }
 
 /// The PARAMS section, checked to name `index`.
-pub(super) fn params_of<P: serde::de::DeserializeOwned>(
+pub(crate) fn params_of<P: serde::de::DeserializeOwned>(
     raw: &RawFile,
     index: &str,
 ) -> Result<Section<P>> {
@@ -56,7 +56,7 @@ pub(super) fn params_of<P: serde::de::DeserializeOwned>(
 
 /// Adds a CSR graph's `csr_offsets` and `csr_neighbors`: borrowed when the index holds the CSR,
 /// owned when it was assembled for the file.
-pub(super) fn add_csr<'a>(w: &mut FileWriter<'a>, g: Cow<'a, Csr>) {
+pub(crate) fn add_csr<'a>(w: &mut FileWriter<'a>, g: Cow<'a, Csr>) {
     match g {
         Cow::Borrowed(g) => {
             w.section(SectionKind::CSR_OFFSETS, bytemuck::cast_slice(g.offsets()));
@@ -80,7 +80,7 @@ pub(super) fn add_csr<'a>(w: &mut FileWriter<'a>, g: Cow<'a, Csr>) {
 
 /// The `csr_*` graph as a mapped CSR, after the O(1) checks: `n + 1` offsets, `offsets[0] = 0`,
 /// `offsets[n]` = the number of neighbour ids.
-pub(super) fn mapped_csr(raw: &RawFile) -> Result<Csr> {
+pub(crate) fn mapped_csr(raw: &RawFile) -> Result<Csr> {
     let n = raw.header().n;
     let offsets = raw.array::<u32>(SectionKind::CSR_OFFSETS, n + 1)?;
     let neighbors = raw.array_of::<u32>(raw.required(SectionKind::CSR_NEIGHBORS)?)?;
@@ -94,7 +94,7 @@ pub(super) fn mapped_csr(raw: &RawFile) -> Result<Csr> {
 }
 
 /// `offsets[0] = 0` and the last offset equals `total`.
-pub(super) fn check_ends(
+pub(crate) fn check_ends(
     raw: &RawFile,
     kind: SectionKind,
     offsets: &[u32],
@@ -114,7 +114,7 @@ pub(super) fn check_ends(
 }
 
 /// Every entry point is below the header's `n`.
-pub(super) fn check_entries(raw: &RawFile, entries: &[u32]) -> Result<()> {
+pub(crate) fn check_entries(raw: &RawFile, entries: &[u32]) -> Result<()> {
     let n = raw.header().n;
     if let Some(bad) = entries.iter().find(|&&e| u64::from(e) >= n) {
         return Err(raw.error(
@@ -126,7 +126,7 @@ pub(super) fn check_entries(raw: &RawFile, entries: &[u32]) -> Result<()> {
 }
 
 /// The header's `n × d` keys of its dtype in section `kind`, borrowed from the mapping.
-pub(super) fn stored_keys(raw: &RawFile, kind: SectionKind) -> Result<KeyStore> {
+pub(crate) fn stored_keys(raw: &RawFile, kind: SectionKind) -> Result<KeyStore> {
     let h = raw.header();
     let dtype = h.dtype.ok_or_else(|| {
         Error::format(raw.path(), "header", "dtype is 0 but the file stores keys")
@@ -181,11 +181,25 @@ pub(super) fn stored_keys(raw: &RawFile, kind: SectionKind) -> Result<KeyStore> 
 
 /// A failed scan of the `csr_*` graph, blamed on `csr_neighbors` when it names a neighbour id
 /// and on `csr_offsets` otherwise.
-pub(super) fn graph_error(raw: &RawFile, reason: String) -> Error {
+pub(crate) fn graph_error(raw: &RawFile, reason: String) -> Error {
     let section = if reason.contains("neighbour id") {
         SectionKind::CSR_NEIGHBORS
     } else {
         SectionKind::CSR_OFFSETS
     };
     raw.error(section, reason)
+}
+
+/// Level 0 (or Vamana's graph) and its one entry point.
+pub(crate) fn add_graph<'a>(w: &mut FileWriter<'a>, g: &'a Csr, entry: u32) {
+    add_csr(w, Cow::Borrowed(g));
+    w.section_owned(SectionKind::ENTRY_POINTS, entry.to_le_bytes().to_vec());
+}
+
+/// The one entry point (HNSW's top-level entry, Vamana's medoid), checked `< n`.
+pub(crate) fn single_entry(raw: &RawFile) -> Result<u32> {
+    let e = raw.array::<u32>(SectionKind::ENTRY_POINTS, 1)?;
+    let entry = e.as_slice().first().copied().unwrap_or(u32::MAX);
+    check_entries(raw, &[entry])?;
+    Ok(entry)
 }
