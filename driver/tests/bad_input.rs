@@ -6,10 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use qkindex_driver::devices::Devices;
 use qkindex_driver::model::gguf::{write_gguf, GgufFile, MetaValue};
 use qkindex_driver::model::{
-    sha256_file, Config, Model, ModelError, ModelTokenizer, Timings, Weights,
+    sha256_file, Config, Model, ModelDevice, ModelError, ModelTokenizer, Timings, Weights,
 };
 
 const DIM: u64 = 16;
@@ -171,7 +170,7 @@ fn tmp(name: &str, bytes: &[u8]) -> PathBuf {
 #[test]
 fn tiny_model_loads_and_prefill_equals_decode() {
     let p = tmp("tiny.gguf", &tiny_gguf(false));
-    let m = Model::load(&p, None, &Devices::cpu()).expect("tiny model loads");
+    let m = Model::load(&p, None, ModelDevice::Cpu).expect("tiny model loads");
     let ids = m.tokenizer.encode("hello <|im_end|> 42").expect("encode");
     assert!(ids.contains(&1));
     let mut tm = Timings::default();
@@ -199,7 +198,7 @@ fn tiny_model_loads_and_prefill_equals_decode() {
 #[test]
 fn prompt_longer_than_context_is_an_error() {
     let p = tmp("tiny-ctx.gguf", &tiny_gguf(false));
-    let m = Model::load(&p, None, &Devices::cpu()).expect("tiny model loads");
+    let m = Model::load(&p, None, ModelDevice::Cpu).expect("tiny model loads");
     assert!(matches!(
         m.llama.new_cache(CTX as usize + 1),
         Err(ModelError::ContextOverflow { .. })
@@ -223,29 +222,29 @@ fn prompt_longer_than_context_is_an_error() {
 #[test]
 fn missing_truncated_and_wrong_checksum() {
     let missing = Path::new("/nonexistent/model.gguf");
-    let e = Model::load(missing, None, &Devices::cpu()).expect_err("missing");
+    let e = Model::load(missing, None, ModelDevice::Cpu).expect_err("missing");
     assert!(matches!(e, ModelError::ModelNotFound { .. }));
     assert!(e.to_string().contains("get-model.sh"), "{e}");
 
     let bytes = tiny_gguf(false);
     for cut in [0, 3, 20, 100, bytes.len() / 2, bytes.len() - 1] {
         let p = tmp(&format!("cut{cut}.gguf"), &bytes[..cut]);
-        let e = Model::load(&p, None, &Devices::cpu()).expect_err("truncated");
+        let e = Model::load(&p, None, ModelDevice::Cpu).expect_err("truncated");
         assert!(matches!(e, ModelError::Format { .. }), "cut {cut}: {e}");
     }
 
     let p = tmp("tiny-sha.gguf", &bytes);
     let good = sha256_file(&p).expect("sha");
-    assert!(Model::load(&p, Some(&good), &Devices::cpu()).is_ok());
+    assert!(Model::load(&p, Some(&good), ModelDevice::Cpu).is_ok());
     let wrong = "0".repeat(64);
-    let e = Model::load(&p, Some(&wrong), &Devices::cpu()).expect_err("checksum");
+    let e = Model::load(&p, Some(&wrong), ModelDevice::Cpu).expect_err("checksum");
     assert!(matches!(e, ModelError::Checksum { .. }), "{e}");
 }
 
 #[test]
 fn unsupported_tensor_type_is_named() {
     let p = tmp("tiny-q5k.gguf", &tiny_gguf(true));
-    let e = Model::load(&p, None, &Devices::cpu()).expect_err("Q5_K");
+    let e = Model::load(&p, None, ModelDevice::Cpu).expect_err("Q5_K");
     assert!(
         matches!(e, ModelError::UnsupportedType { type_id: 13, .. }),
         "{e}"

@@ -11,8 +11,7 @@
 mod common;
 
 use qkindex_driver::decode::log_softmax;
-use qkindex_driver::devices::Devices;
-use qkindex_driver::model::{argmax, Model, Timings};
+use qkindex_driver::model::{argmax, Model, ModelDevice, Timings};
 
 /// Perplexity of the first 512 tokens (BOS included) of licenses-head.txt, measured by this
 /// forward pass after it reproduced the reference's GPL-3 perplexity (see the module doc).
@@ -24,7 +23,7 @@ fn gemma3_continues_scores_and_decodes_like_the_reference() {
     let Some(path) = common::gemma3_model() else {
         return;
     };
-    let m = Model::load(&path, None, &Devices::cpu()).expect("model");
+    let m = Model::load(&path, None, ModelDevice::Cpu).expect("model");
     let (l, tok) = (&m.llama, &m.tokenizer);
     assert_eq!(l.cfg.global_layers(), [5, 11, 17]);
     let mut tm = Timings::default();

@@ -9,8 +9,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use qkindex_driver::devices::Devices;
-use qkindex_driver::model::{argmax, LayerCapture, Model, Timings, DEFAULT_MODEL_FILE};
+use qkindex_driver::model::{
+    argmax, LayerCapture, Model, ModelDevice, Timings, DEFAULT_MODEL_FILE,
+};
 
 const LAYERS: [usize; 5] = [2, 9, 16, 23, 29];
 const TOLERANCE: f64 = 2e-3;
@@ -150,7 +151,7 @@ fn prefix_qk_match_reference() {
     let Some((model, dump)) = fixtures() else {
         return;
     };
-    let m = Model::load(&model, None, &Devices::cpu()).expect("model");
+    let m = Model::load(&model, None, ModelDevice::Cpu).expect("model");
     let prompt = read_ids(&dump.join("prompt_ids.npy"));
     let n = PREFIX.min(prompt.len());
     // The last STEPS positions go through the single-token (decode) path.
@@ -163,7 +164,7 @@ fn tokenizer_reproduces_prompt_ids() {
     let Some((model, dump)) = fixtures() else {
         return;
     };
-    let m = Model::load(&model, None, &Devices::cpu()).expect("model");
+    let m = Model::load(&model, None, ModelDevice::Cpu).expect("model");
     let text = std::fs::read_to_string(dump.join("prompt.txt")).expect("prompt.txt");
     let ids = m.tokenizer.encode(&text).expect("encode");
     let want = read_ids(&dump.join("prompt_ids.npy"));
@@ -181,7 +182,7 @@ fn full_prompt_and_greedy_tokens_match_reference() {
     let Some((model, dump)) = fixtures() else {
         return;
     };
-    let m = Model::load(&model, None, &Devices::cpu()).expect("model");
+    let m = Model::load(&model, None, ModelDevice::Cpu).expect("model");
     let prompt = read_ids(&dump.join("prompt_ids.npy"));
     let want_gen = read_ids(&dump.join("generated_ids.npy"));
     let want_in = read_ids(&dump.join("decode_input_ids.npy"));

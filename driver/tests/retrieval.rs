@@ -7,8 +7,7 @@ use std::path::Path;
 use qkindex::CpuKnn;
 use qkindex::IndexSpec;
 use qkindex_driver::decode::{prefill, Decoder};
-use qkindex_driver::devices::Devices;
-use qkindex_driver::model::{find_default_model, Model};
+use qkindex_driver::model::{find_default_model, Model, ModelDevice};
 use qkindex_driver::retrieval::{PolicyConfig, PolicyKind};
 
 fn model() -> Option<Model> {
@@ -17,7 +16,7 @@ fn model() -> Option<Model> {
         println!("SKIP: no model in models/ (run scripts/get-model.sh)");
         return None;
     };
-    Some(Model::load(&path, None, &Devices::cpu()).expect("the default model loads"))
+    Some(Model::load(&path, None, ModelDevice::Cpu).expect("the default model loads"))
 }
 
 fn tokens(m: &Model, n: usize) -> Vec<u32> {

@@ -9,7 +9,8 @@
 //! | [`device`] | `--device auto\|cpu\|cuda[:N]`: [`Device`], [`select`] with the CPU fallback |
 //! | [`cuda`] | [`CudaKnn`]: a fused tensor-core score+select kernel, or cuBLAS GEMM tiles then select |
 //! | [`compare`] | GPU results against the CPU reference, allowing f16 near-ties at rank k |
-//! | [`kernels`] | the CUDA C source (`kernels/topk.cu`) and its NVRTC compilation |
+//! | [`kernels`] | the CUDA C sources (`kernels/topk.cu`, `kernels/llama.cu`) and their NVRTC compilation |
+//! | [`runtime`] | the CUDA plumbing shared with the driver's model backend: devices, kernels, streams, cuBLAS, events, launch shapes |
 //!
 //! cudarc loads the CUDA libraries at run time, so this crate builds and its tests run on machines
 //! without CUDA; there "no GPU" is [`GpuError::Unavailable`] with the reason, never a crash.
@@ -23,12 +24,14 @@ pub mod compare;
 pub mod cuda;
 pub mod device;
 pub mod kernels;
+pub mod runtime;
 
 pub use compare::{compare, Comparison};
-pub use cuda::{open_device, CudaKnn, CudaKnnOptions, KernelPath, Timings};
+pub use cuda::{CudaKnn, CudaKnnOptions, KernelPath, Timings};
 /// The cudarc version this crate uses, for the driver's CUDA backend.
 pub use cudarc;
 pub use device::{select, Device, Selected};
+pub use runtime::open_device;
 
 /// Errors of the GPU backend.
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +54,9 @@ pub enum GpuError {
 }
 
 impl GpuError {
-    pub(crate) fn cuda(what: &'static str, e: impl std::fmt::Debug) -> Self {
+    /// [`GpuError::Cuda`] for a failed call `what` (its error, a cudarc `DriverError` or
+    /// cuBLAS status, goes into the reason).
+    pub fn cuda(what: &'static str, e: impl std::fmt::Debug) -> Self {
         GpuError::Cuda {
             what,
             reason: format!("{e:?}"),

@@ -1,8 +1,9 @@
 //! Module-level functions: exact top-k, the metrics of DESIGN.md §3, and timing helpers.
 
 use crate::arrays::{count, float_array, id_array, neighbours, py_id, shape_str, to_numpy, Shape};
+use crate::device::knn_backend;
 use crate::errors::value_error;
-use crate::index::{any_index, knn_backend, to_py_json};
+use crate::index::{any_index, to_py_json};
 use crate::run::interruptible;
 use numpy::{PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;

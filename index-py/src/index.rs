@@ -1,213 +1,19 @@
-//! The index classes and their search.
-//!
-//! `search` accepts one query (1-D `[d]`, results 1-D) or a batch (2-D `[b, d]`, results
-//! `[b, k]`). A batch of two or more queries is split over rayon's global thread pool (size:
-//! `RAYON_NUM_THREADS`, default the number of CPUs); one query runs on the calling thread. The
-//! GIL is released while searching, so searches from several Python threads run in parallel.
-//! Results shorter than `k` are padded with id −1 and score −inf.
+//! The classes of the two kinds the decode path uses, `AttentionIndex` and `FlatIndex`, what
+//! every kind's build and `save` share, and `load`, which opens a file of any kind.
 
-use crate::arrays::{count, float_array, neighbours, to_numpy, Shape};
+use crate::arrays::{count, float_array, Shape};
+use crate::device::knn_backend;
 use crate::errors::{to_py, value_error};
 use crate::run::interruptible;
-use pyo3::exceptions::PyRuntimeError;
+use crate::search::{graph_search_params, search_any, Pool, SearchResult};
 use pyo3::prelude::*;
 use qkindex::attention::Prune;
 use qkindex::io::{AnyIndex, KeysPlacement, Persist};
 use qkindex::{
-    AnnIndex, AttentionParams, Cancel, Error, IndexSpec, KeyStore, KnnBackend, Scratch,
-    SearchOutput, SearchParams,
+    AnnIndex, AttentionParams, Cancel, Error, IndexSpec, KeyStore, KnnBackend, SearchParams,
 };
-use qkindex_gpu::{Device, GpuError, Selected};
-use rayon::prelude::*;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
-
-/// Scratches kept per index for reuse (more concurrent searches allocate their own).
-const POOL_CAP: usize = 64;
-
-/// Search buffers reused across calls, so a single-query search allocates only its results.
-#[derive(Debug, Default)]
-pub struct Pool(Mutex<Vec<(Scratch, SearchOutput)>>);
-
-/// A pooled scratch that goes back to its pool when dropped.
-struct Pooled<'a> {
-    pool: &'a Pool,
-    item: Option<(Scratch, SearchOutput)>,
-}
-
-impl Pool {
-    fn take<'a>(&'a self, index: &dyn AnnIndex) -> Pooled<'a> {
-        let got = self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .pop();
-        Pooled {
-            pool: self,
-            item: Some(got.unwrap_or_else(|| (index.new_scratch(), SearchOutput::default()))),
-        }
-    }
-}
-
-impl Drop for Pooled<'_> {
-    fn drop(&mut self) {
-        if let Some(item) = self.item.take() {
-            let mut free = self
-                .pool
-                .0
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            if free.len() < POOL_CAP {
-                free.push(item);
-            }
-        }
-    }
-}
-
-impl Pooled<'_> {
-    fn search(
-        &mut self,
-        index: &dyn AnnIndex,
-        query: &[f32],
-        k: usize,
-        params: &SearchParams,
-    ) -> qkindex::Result<&SearchOutput> {
-        let (scratch, out) = self
-            .item
-            .get_or_insert_with(|| (index.new_scratch(), SearchOutput::default()));
-        index.search_into(query, k, params, scratch, out)?;
-        Ok(out)
-    }
-}
-
-/// Results of `search`: `ids` (int64, −1 padding) and `scores` (float32, inner products,
-/// descending, −inf padding) of shape `[b, k]` (`[k]` for a 1-D query), and
-/// `distance_computations` (int64 `[b]`, a scalar for a 1-D query).
-#[derive(Debug)]
-#[pyclass(frozen, module = "qkindex")]
-pub struct SearchResult {
-    #[pyo3(get)]
-    ids: Py<PyAny>,
-    #[pyo3(get)]
-    scores: Py<PyAny>,
-    #[pyo3(get)]
-    distance_computations: Py<PyAny>,
-}
-
-#[pymethods]
-impl SearchResult {
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Ok(format!(
-            "SearchResult(ids={}, scores={}, distance_computations={})",
-            self.ids.bind(py).repr()?,
-            self.scores.bind(py).repr()?,
-            self.distance_computations.bind(py).repr()?
-        ))
-    }
-}
-
-/// Searches `queries` (1-D or 2-D) on `index`: the shared body of every kind's `search`.
-pub fn search_any(
-    py: Python<'_>,
-    index: &dyn AnnIndex,
-    pool: &Pool,
-    queries: &Bound<'_, PyAny>,
-    k: i64,
-    params: &SearchParams,
-) -> PyResult<SearchResult> {
-    let k = neighbours(k, index.len())?;
-    let arr = float_array(queries, "queries")?;
-    let q = arr.rows_f32("queries", Shape::Vectors, Some(index.dim()))?;
-    let (b, d) = (q.rows, q.dim);
-    let mut ids = vec![-1i64; b * k];
-    let mut scores = vec![f32::NEG_INFINITY; b * k];
-    let mut dcs = vec![0i64; b];
-    let data: &[f32] = &q.data;
-    let write = |out: &SearchOutput, ids: &mut [i64], scores: &mut [f32], dc: &mut i64| {
-        for (slot, &id) in ids.iter_mut().zip(&out.ids) {
-            *slot = i64::from(id);
-        }
-        scores[..out.scores.len()].copy_from_slice(&out.scores);
-        *dc = i64::try_from(out.stats.distance_computations).unwrap_or(i64::MAX);
-    };
-    py.detach(|| -> qkindex::Result<()> {
-        if b <= 1 {
-            let mut pooled = pool.take(index);
-            for (((query, ids), scores), dc) in data
-                .chunks_exact(d)
-                .zip(ids.chunks_mut(k))
-                .zip(scores.chunks_mut(k))
-                .zip(dcs.iter_mut())
-            {
-                write(pooled.search(index, query, k, params)?, ids, scores, dc);
-            }
-            Ok(())
-        } else {
-            data.par_chunks_exact(d)
-                .zip(ids.par_chunks_mut(k))
-                .zip(scores.par_chunks_mut(k))
-                .zip(dcs.par_iter_mut())
-                .try_for_each_init(
-                    || pool.take(index),
-                    |pooled, (((query, ids), scores), dc)| {
-                        write(pooled.search(index, query, k, params)?, ids, scores, dc);
-                        Ok(())
-                    },
-                )
-        }
-    })
-    .map_err(to_py)?;
-    let dcs = to_numpy(py, dcs, b, 1, true)?;
-    let distance_computations = if q.one_d { dcs.get_item(0)? } else { dcs };
-    Ok(SearchResult {
-        ids: to_numpy(py, ids, b, k, q.one_d)?.unbind(),
-        scores: to_numpy(py, scores, b, k, q.one_d)?.unbind(),
-        distance_computations: distance_computations.unbind(),
-    })
-}
-
-/// The kNN backend for a `device` argument (`"auto"`, `"cpu"`, `"cuda"`, `"cuda:N"`), opened once
-/// per process and device. `auto` without a usable GPU is the CPU; the reason goes to the
-/// `qkindex` logger (INFO). `cuda` without one is a `RuntimeError` with the reason.
-pub fn knn_backend(device: &str) -> PyResult<Arc<Selected>> {
-    static OPENED: Mutex<Vec<(Device, Arc<Selected>)>> = Mutex::new(Vec::new());
-    let device: Device = device
-        .parse()
-        .map_err(|e: GpuError| value_error(e.to_string()))?;
-    let mut opened = OPENED
-        .lock()
-        .map_err(|_| PyRuntimeError::new_err("a previous device selection panicked"))?;
-    if let Some((_, s)) = opened.iter().find(|(d, _)| *d == device) {
-        return Ok(s.clone());
-    }
-    let selected =
-        Arc::new(qkindex_gpu::select(device).map_err(|e| PyRuntimeError::new_err(e.to_string()))?);
-    if let Some(reason) = selected.fallback_reason() {
-        log_info(&format!("device=\"auto\": exact kNN on the CPU ({reason})"));
-    }
-    opened.push((device, selected.clone()));
-    Ok(selected)
-}
-
-/// Where exact kNN runs for a `device` argument: "cpu", "cuda:0 (NVIDIA H200)", or
-/// "cpu (auto: no usable GPU: …)".
-#[pyfunction]
-#[pyo3(signature = (device="auto"))]
-pub fn knn_device(device: &str) -> PyResult<String> {
-    Ok(knn_backend(device)?.describe())
-}
-
-fn log_info(msg: &str) {
-    Python::attach(|py| {
-        let logged = py
-            .import("logging")
-            .and_then(|l| l.call_method1("getLogger", ("qkindex",)))
-            .and_then(|lg| lg.call_method1("info", (msg,)));
-        if let Err(e) = logged {
-            e.print(py);
-        }
-    });
-}
+use std::sync::{Arc, RwLock};
 
 /// Builds `spec` (every kind's `build` goes through its [`IndexSpec`]) as the concrete kind `T`.
 pub fn build_spec<T: TryFrom<AnyIndex, Error = Error>>(
@@ -243,6 +49,72 @@ pub fn keys_as(keys: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResult<KeyStor
     KeyStore::from_f32_as(store.to_f32(), store.dim(), want).map_err(to_py)
 }
 
+/// The `visible` argument as counts: each at least 0 and below 2³².
+fn visible_counts(visible: Vec<i64>) -> PyResult<Vec<u32>> {
+    visible
+        .into_iter()
+        .enumerate()
+        .map(|(row, v)| {
+            u32::try_from(v).map_err(|_| {
+                value_error(format!(
+                    "visible: expected counts from 0 to {}, got {v} at row {row}",
+                    u32::MAX
+                ))
+            })
+        })
+        .collect()
+}
+
+/// The keywords of `AttentionIndex.build` that make the decode default
+/// ([`qkindex::spec::DECODE_DEFAULT`]): its parameters that differ from the build's defaults.
+/// `qkindex.hf` builds with them (and `visible`, which the causal default reads).
+#[pyfunction]
+pub fn decode_default_build(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    let IndexSpec::Attention(params) = IndexSpec::decode_default() else {
+        return Err(value_error(format!(
+            "internal error: the decode default {} is not an attention index",
+            qkindex::spec::DECODE_DEFAULT
+        )));
+    };
+    let json = |p: &AttentionParams| {
+        serde_json::to_value(p)
+            .map_err(|e| value_error(format!("internal error: cannot serialize: {e}")))
+    };
+    let (ours, base) = (json(&params)?, json(&AttentionParams::default())?);
+    let (Some(ours), Some(base)) = (ours.as_object(), base.as_object()) else {
+        return Err(value_error("internal error: parameters are not an object"));
+    };
+    let differ: serde_json::Map<String, serde_json::Value> = ours
+        .iter()
+        .filter(|(name, value)| base.get(*name) != Some(*value))
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    for name in differ.keys() {
+        if !BUILD_KEYWORDS.contains(&name.as_str()) {
+            return Err(value_error(format!(
+                "internal error: the decode default sets {name}, which AttentionIndex.build \
+                 does not take"
+            )));
+        }
+    }
+    to_py_json(py, &differ)
+}
+
+/// The parameters `AttentionIndex.build` takes as keywords (named as in [`AttentionParams`]).
+const BUILD_KEYWORDS: [&str; 11] = [
+    "kq",
+    "max_degree",
+    "build_ef",
+    "default_ef",
+    "causal",
+    "prune",
+    "auto_ef",
+    "knn_pool",
+    "queries_per_key",
+    "global_full",
+    "far_check",
+];
+
 /// `json.loads` of a serializable value (build stats, parameters).
 pub fn to_py_json<'py>(
     py: Python<'py>,
@@ -251,15 +123,6 @@ pub fn to_py_json<'py>(
     let text = serde_json::to_string(value)
         .map_err(|e| value_error(format!("internal error: cannot serialize: {e}")))?;
     py.import("json")?.call_method1("loads", (text,))
-}
-
-/// The search parameters of a graph kind's `search(ef=, beam=)`, both checked to be ≥ 1.
-pub fn graph_search_params(ef: Option<i64>, beam: Option<i64>) -> PyResult<SearchParams> {
-    Ok(SearchParams {
-        ef: ef.map(|e| count("ef", e, 1)).transpose()?,
-        beam: beam.map(|b| count("beam", b, 1)).transpose()?,
-        ..SearchParams::default()
-    })
 }
 
 /// `save` of any kind: writes `index` with its keys to one self-contained file (atomically),
@@ -320,8 +183,16 @@ impl AttentionIndex {
     /// builds past ~64K keys (at 512K synthetic keys 67 s instead of 435 s at the same recall;
     /// at least `kq`, not with `causal`; the kNN stays exact while a pool would hold a quarter
     /// of the keys).
+    ///
+    /// `visible` (one count per training query): the keys each query's position could attend
+    /// to; `causal` builds read it (without it, query row `i` sees keys `0..=i`). With it,
+    /// `queries_per_key` (0: off) thins the training queries to that many per key,
+    /// `global_full` (0: off) gives a query whose causal list lies mostly far back its full
+    /// list, and `far_check` (0: off) also builds a group with that share of such queries from
+    /// full lists and keeps the better graph. `decode_default_build()` gives the keywords of
+    /// the decode default, the index the driver and `qkindex.hf` decode with.
     #[staticmethod]
-    #[pyo3(signature = (keys, train_queries, *, kq=100, max_degree=32, build_ef=200, default_ef=128, causal=false, prune="occlusion-fill", device="auto", dtype=None, auto_ef=0.0, knn_pool=0))]
+    #[pyo3(signature = (keys, train_queries, *, kq=100, max_degree=32, build_ef=200, default_ef=128, causal=false, prune="occlusion-fill", device="auto", dtype=None, auto_ef=0.0, knn_pool=0, queries_per_key=0.0, global_full=0.0, far_check=0.0, visible=None))]
     #[allow(clippy::too_many_arguments)]
     fn build(
         py: Python<'_>,
@@ -337,6 +208,10 @@ impl AttentionIndex {
         dtype: Option<&str>,
         auto_ef: f64,
         knn_pool: i64,
+        queries_per_key: f64,
+        global_full: f64,
+        far_check: f64,
+        visible: Option<Vec<i64>>,
     ) -> PyResult<Self> {
         let knn = knn_backend(device)?;
         let prune: Prune = prune.parse().map_err(|_| {
@@ -353,8 +228,12 @@ impl AttentionIndex {
             prune,
             auto_ef,
             knn_pool: count("knn_pool", knn_pool, 0)?,
+            queries_per_key,
+            global_full,
+            far_check,
             ..AttentionParams::default()
         });
+        let visible = visible.map(visible_counts).transpose()?;
         let store = Arc::new(keys_as(keys, dtype)?);
         let tq = float_array(train_queries, "train_queries")?;
         let train = tq.rows_f32("train_queries", Shape::Matrix, Some(store.dim()))?;
@@ -365,7 +244,11 @@ impl AttentionIndex {
             )));
         }
         let train: &[f32] = &train.data;
-        let inner = interruptible(py, |cancel| build_spec(&spec, store, train, &*knn, cancel))?;
+        let inner = interruptible(py, |cancel| {
+            spec.build_visible(store, train, visible.as_deref(), &*knn, cancel)?
+                .index
+                .try_into()
+        })?;
         Ok(AttentionIndex::wrap(inner))
     }
 

@@ -3,10 +3,11 @@
 //! `IndexSpec` and run it interruptibly like `AttentionIndex.build`.
 
 use crate::arrays::{count, float_array, Shape};
+use crate::device::knn_backend;
 use crate::errors::value_error;
-use crate::index::SearchResult;
-use crate::index::{build_spec, knn_backend, search_any, to_py_json, Pool};
+use crate::index::{build_spec, to_py_json};
 use crate::run::interruptible;
+use crate::search::{search_any, Pool, SearchResult};
 use pyo3::prelude::*;
 use qkindex::{AnnIndex, CpuKnn, HnswParams, IndexSpec, IvfParams, SearchParams, VamanaParams};
 use std::sync::Arc;
@@ -40,7 +41,7 @@ macro_rules! index_class {
                     ef: Option<i64>,
                     beam: Option<i64>,
                 ) -> PyResult<SearchResult> {
-                    let params = crate::index::graph_search_params(ef, beam)?;
+                    let params = crate::search::graph_search_params(ef, beam)?;
                     search_any(py, self.inner.as_ref(), &self.pool, queries, k, &params)
                 }
 

@@ -5,7 +5,9 @@
 //! | `errors.rs` | `FormatError` and the mapping of [`qkindex::Error`] to Python exceptions |
 //! | `arrays.rs` | numpy / tensor inputs (dtype, shape, strides, finiteness) and numpy outputs |
 //! | `run.rs` | running long work off the GIL, interruptible with Ctrl-C |
-//! | `index.rs` | `AttentionIndex`, `FlatIndex`, `SearchResult`, batched search, `save`/`load` |
+//! | `index.rs` | `AttentionIndex`, `FlatIndex`; what every kind's build and `save` share; `load` |
+//! | `search.rs` | `SearchResult`, the batched search of every kind, the pooled search buffers |
+//! | `device.rs` | the `device` argument of builds: the exact-kNN backend, `knn_device` |
 //! | `kinds.rs` | `HnswIndex`, `IvfIndex`, `VamanaIndex` |
 //! | `retopk.rs` | `ReTopK`, the selector that reuses similar past queries' top-k sets |
 //! | `functions.rs` | `exact_topk`, `recall`, `attention_mass`, timing helpers |
@@ -17,6 +19,7 @@
 //! work itself.
 
 mod arrays;
+mod device;
 mod dump;
 mod errors;
 mod functions;
@@ -24,6 +27,7 @@ mod index;
 mod kinds;
 mod retopk;
 mod run;
+mod search;
 
 use pyo3::prelude::*;
 
@@ -37,16 +41,17 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<kinds::HnswIndex>()?;
     m.add_class::<kinds::IvfIndex>()?;
     m.add_class::<kinds::VamanaIndex>()?;
-    m.add_class::<index::SearchResult>()?;
+    m.add_class::<search::SearchResult>()?;
     m.add_class::<retopk::ReTopK>()?;
     m.add_function(wrap_pyfunction!(index::load, m)?)?;
     m.add_class::<dump::Dump>()?;
     m.add_function(wrap_pyfunction!(functions::exact_topk, m)?)?;
-    m.add_function(wrap_pyfunction!(index::knn_device, m)?)?;
+    m.add_function(wrap_pyfunction!(device::knn_device, m)?)?;
     m.add_function(wrap_pyfunction!(functions::recall, m)?)?;
     m.add_function(wrap_pyfunction!(functions::attention_mass, m)?)?;
     m.add_function(wrap_pyfunction!(functions::search_latency_ns, m)?)?;
     m.add_function(wrap_pyfunction!(functions::attention_defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(index::decode_default_build, m)?)?;
     m.add_function(wrap_pyfunction!(dump::load_dump, m)?)?;
     m.add_function(wrap_pyfunction!(dump::validate_dump, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

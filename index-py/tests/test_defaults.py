@@ -4,6 +4,7 @@ params' `Default` in Rust), so the keyword defaults of the signatures cannot dri
 import inspect
 
 import numpy as np
+import pytest
 
 import qkindex
 
@@ -49,3 +50,24 @@ def test_signature_defaults_are_the_library_defaults():
     sig = _defaults(qkindex.IvfIndex.build)
     assert sig["nlist"] is None
     assert qkindex.IvfIndex.build(keys).nlist == round(4 * 300**0.5)
+
+
+def test_decode_default_build_is_the_decode_preset():
+    """``decode_default_build()``: the keywords of the driver's decode default (its ``--index``
+    default, what ``qkindex.hf`` builds), each one ``AttentionIndex.build`` takes."""
+    kw = qkindex.decode_default_build()
+    assert kw == {"causal": True, "queries_per_key": 1.25, "global_full": 0.1,
+                  "far_check": 0.04, "auto_ef": 0.95}
+    assert set(kw) <= set(_defaults(qkindex.AttentionIndex.build))
+    keys, train, _ = ood_data(n=300, m=60, d=16)
+    # Query i at position 5i sees the keys before it; the last ones see all of them.
+    visible = np.minimum(5 * np.arange(1, 61), 300)
+    index = qkindex.AttentionIndex.build(keys, train, visible=visible, **kw)
+    for name, value in kw.items():
+        assert index.params[name] == value, name
+    assert "auto_ef" in index.build_stats
+    # Its causal lists need the counts, and the counts must be counts.
+    with pytest.raises(ValueError, match="queries_per_key"):
+        qkindex.AttentionIndex.build(keys, train, **kw)
+    with pytest.raises(ValueError, match="visible: expected counts"):
+        qkindex.AttentionIndex.build(keys, train, visible=[-1] * 60, **kw)

@@ -16,6 +16,7 @@ use qkindex_driver::retrieval::PolicyKind;
 
 use super::model_args::ModelArgs;
 use super::policy_args::PolicyArgs;
+use super::ttft_line;
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -186,17 +187,6 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
         lf.search, lf.attention, lf.rest, lf.total, lx.attention, lx.rest, lx.total
     );
     Ok(())
-}
-
-/// Time to the first token with retrieval attention, split into the prefill and the index
-/// builds that must finish before the first decode step (issue 27).
-pub(crate) fn ttft_line(prefill_s: f64, build_s: f64) -> String {
-    format!(
-        "== time to first token: {:.1} s = prefill {prefill_s:.1} s + index build {build_s:.1} s \
-         (build/prefill {:.2})",
-        prefill_s + build_s,
-        build_s / prefill_s.max(f64::MIN_POSITIVE)
-    )
 }
 
 /// Runs `scripts/get-model.sh` of the repository this binary was built from.

@@ -153,7 +153,7 @@ pub fn evaluate(
             r.latency_ms.total
         );
         if r.build_s > 0.0 {
-            eprintln!("{}", super::demo::ttft_line(r.prefill_s, r.build_s));
+            eprintln!("{}", super::ttft_line(r.prefill_s, r.build_s));
         }
         if let (Some(reuse), Some(c)) = (r.reuse_ratio, &r.retopk) {
             let per = |x: f64| x / c.seeded_selections.max(1) as f64;

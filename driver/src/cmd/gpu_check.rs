@@ -20,7 +20,8 @@ use clap::Args;
 use qkindex_driver::decode::{prefill, Decoder};
 use qkindex_driver::devices::Devices;
 use qkindex_driver::model::{
-    argmax, find_default_model, Config, CudaBackend, Llama, Model, ModelDevice, Timings, Weights,
+    argmax, find_default_model, Config, CudaBackend, Heads, Llama, Model, ModelDevice, Timings,
+    Weights,
 };
 use qkindex_driver::retrieval::{PolicyConfig, PolicyKind};
 use serde_json::json;
@@ -45,12 +46,11 @@ pub struct GpuCheckArgs {
 }
 
 /// The same model twice: one on the CPU, one on the GPU.
-fn models(seed: u64, devices: &Devices) -> anyhow::Result<(Llama, Llama, String)> {
+fn models(seed: u64) -> anyhow::Result<(Llama, Llama, String)> {
     if let Some(path) = find_default_model() {
-        let mut cpu = Model::load(&path, None, devices)?.llama;
-        cpu.set_device(ModelDevice::Cpu);
-        let mut gpu = Model::load(&path, None, devices)?.llama;
-        gpu.set_device(ModelDevice::Cuda(Box::new(CudaBackend::new(0)?)));
+        let cpu = Model::load(&path, None, ModelDevice::Cpu)?.llama;
+        let cuda = ModelDevice::Cuda(Box::new(CudaBackend::new(0)?));
+        let gpu = Model::load(&path, None, cuda)?.llama;
         return Ok((cpu, gpu, format!("real model {}", path.display())));
     }
     let cfg = Config::smollm2_135m();
@@ -97,7 +97,7 @@ fn greedy(m: &Llama, prompt: &[u32], steps: usize) -> anyhow::Result<Vec<u32>> {
 
 pub fn run(args: GpuCheckArgs, devices: &Devices) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
-    let (cpu, gpu, source) = models(args.seed, devices).context("opening the GPU backend")?;
+    let (cpu, gpu, source) = models(args.seed).context("opening the GPU backend")?;
     let backend = gpu.device_name();
     println!("{backend}; {source}");
     let c = cpu.cfg.clone();
@@ -169,6 +169,11 @@ pub fn run(args: GpuCheckArgs, devices: &Devices) -> anyhow::Result<()> {
 
     // The attention kernels alone, at the model's shapes.
     let (nh, nk, hd) = (c.n_heads, c.n_kv_heads, c.head_dim);
+    let heads = Heads {
+        n_heads: nh,
+        n_kv_heads: nk,
+        head_dim: hd,
+    };
     let cb = CudaBackend::new(0)?;
     let mut rng = qkindex::synth::Rng::new(5);
     let mut rand = |n: usize| (0..n).map(|_| rng.normal()).collect::<Vec<f32>>();
@@ -178,11 +183,8 @@ pub fn run(args: GpuCheckArgs, devices: &Devices) -> anyhow::Result<()> {
     let mut prefill_ms = Vec::new();
     let mut decode_ms = Vec::new();
     for _ in 0..5 {
-        prefill_ms.push(
-            cb.attention_only(&qp, &k, &v, context, context, (nh, nk, hd))?
-                .1,
-        );
-        decode_ms.push(cb.attention_only(&qd, &k, &v, 1, context, (nh, nk, hd))?.1);
+        prefill_ms.push(cb.attention_only(&qp, &k, &v, context, context, heads)?.1);
+        decode_ms.push(cb.attention_only(&qd, &k, &v, 1, context, heads)?.1);
     }
     let med = |mut x: Vec<f64>| {
         x.sort_by(f64::total_cmp);
@@ -193,7 +195,7 @@ pub fn run(args: GpuCheckArgs, devices: &Devices) -> anyhow::Result<()> {
     let ids: Vec<u32> = (0..nh)
         .flat_map(|h| (0..per_head).map(move |j| ((j * 7919 + h * 104_729) % context) as u32))
         .collect();
-    let got = cb.attention_ids(&qd, &k, &v, context, &ids, (nh, nk, hd))?;
+    let got = cb.attention_ids(&qd, &k, &v, context, &ids, heads)?;
     let want = indexed_reference(&qd, &k, &v, context, &ids, (nh, nk, hd));
     let ids_rel_err = rel_err(&want, &got);
     println!("indexed attention kernel: rel err {ids_rel_err:.2e}");

@@ -23,3 +23,14 @@ pub mod verify;
 /// Permissive license texts from Debian's `/usr/share/common-licenses` (MPL-2.0, Apache-2.0,
 /// MPL-1.1, Artistic, GPL-3), concatenated: the text `demo` and `eval` read by default.
 pub const BUNDLED_TEXT: &str = include_str!("../../assets/texts/licenses.txt");
+
+/// Time to the first token with retrieval attention, split into the prefill and the index
+/// builds that must finish before the first decode step (issue 27).
+pub fn ttft_line(prefill_s: f64, build_s: f64) -> String {
+    format!(
+        "== time to first token: {:.1} s = prefill {prefill_s:.1} s + index build {build_s:.1} s \
+         (build/prefill {:.2})",
+        prefill_s + build_s,
+        build_s / prefill_s.max(f64::MIN_POSITIVE)
+    )
+}

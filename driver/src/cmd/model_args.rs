@@ -41,7 +41,11 @@ impl ModelArgs {
     /// Loads the model onto `devices`' model device, reporting the time on stderr.
     pub fn load(&self, devices: &Devices) -> anyhow::Result<Model> {
         let t0 = Instant::now();
-        let m = Model::load_default_or(self.model.as_deref(), self.sha256.as_deref(), devices)
+        let m = devices
+            .model_device()
+            .and_then(|device| {
+                Model::load_default_or(self.model.as_deref(), self.sha256.as_deref(), device)
+            })
             .and_then(|m| m.with_rope_scale(self.rope_scale))
             .context("loading the model")?;
         let scale = if self.rope_scale > 1.0 {

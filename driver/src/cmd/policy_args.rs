@@ -39,10 +39,7 @@ pub struct PolicyArgs {
     /// (docs/bench/build-cost/pass4/, pass5/, pass6/). Each index's default `ef` is the one
     /// its held-out recent queries need for recall@100 0.95 on every head (`auto-ef=0.95`;
     /// at 8K mostly 128, on Gemma 3 at 32K 226-445: docs/bench/tasks/gemma3-32k-auto-ef/).
-    #[arg(
-        long,
-        default_value = "attention:causal=true,queries-per-key=1.25,global-full=0.1,far-check=0.04,auto-ef=0.95"
-    )]
+    #[arg(long, default_value = qkindex::spec::DECODE_DEFAULT)]
     pub index: IndexSpec,
     /// Graph search list size [default: the index default, at least k].
     #[arg(long)]
@@ -133,5 +130,26 @@ impl PolicyArgs {
             tail_samples: self.tail_samples,
             step_seeds: self.step_seeds,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        policy: PolicyArgs,
+    }
+
+    /// The CLI's `--index` default, `PolicyConfig::new` and `qkindex.hf` build one preset.
+    #[test]
+    fn the_index_default_is_the_decode_default() {
+        let cli = Cli::try_parse_from(["qkindex"]).expect("defaults parse");
+        assert_eq!(cli.policy.index, IndexSpec::decode_default());
+        let cfg = cli.policy.config(PolicyKind::IndexTopk);
+        assert_eq!(cfg.index, PolicyConfig::new(PolicyKind::IndexTopk).index);
     }
 }

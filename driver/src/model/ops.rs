@@ -382,7 +382,6 @@ mod tests {
     use super::*;
 
     /// Naive attention of query row `r` (position `r`), head `h`, over keys `lo..=r`.
-    #[allow(clippy::too_many_arguments)]
     fn naive_row(
         q: &[f32],
         kc: &[f32],

@@ -26,9 +26,10 @@ macro_rules! dispatch {
             fn body($($arg: $ty),*) -> $ret $body
             #[cfg(target_arch = "x86_64")]
             {
-                // `unsafe fn`: safe `#[target_feature]` functions need Rust 1.86; we support 1.85.
+                // A safe `#[target_feature]` function (Rust 1.86; `rust-version` is 1.89): only
+                // calling it from code without the features is unsafe.
                 #[target_feature(enable = "avx2,fma")]
-                unsafe fn avx2($($arg: $ty),*) -> $ret {
+                fn avx2($($arg: $ty),*) -> $ret {
                     body($($arg),*)
                 }
                 if has_avx2_fma() {

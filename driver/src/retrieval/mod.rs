@@ -4,8 +4,8 @@
 //! exactly ([`softmax::Partial`]).
 //!
 //! ```text
-//!  PolicyConfig ──► selector::build (per layer × KV head, at the end of the prefill:
-//!    (policy.rs)      prefill keys, the GQA group's prefill queries, &dyn KnnBackend)
+//!  PolicyConfig ──► selector::build (per layer × KV head in parallel, at the end of the prefill
+//!    (policy.rs)      (build.rs): prefill keys, the GQA group's prefill queries, &dyn KnnBackend)
 //!                         │
 //!                         ▼ Box<dyn Selector>: static-only | scan | index | retopk
 //!  decode step of one layer (step.rs), per KV head in parallel:
@@ -22,6 +22,7 @@
 //! |---|---|
 //! | `policy.rs` | `PolicyKind`, `PolicyConfig`: which selector and its sizes |
 //! | `selector/` | the `Selector` trait and one file per selector; the policy → selector factory |
+//! | `build.rs` | `Shape`; the end of the prefill: every (layer, KV head)'s selector, built in parallel |
 //! | `step.rs` | `Retrieval`: per-head state and the decode step in phases (the `DecodeAttention` hook) |
 //! | `guides.rs` | per window key, the query that guides its insertion when it leaves the window |
 //! | `ids.rs` | `Pos`, `RestId` and the split of positions into sinks, rest and window |
@@ -37,6 +38,7 @@
 //! of the group that scored it highest while it was in the window (the query-aware insertion
 //! of `qkindex::AttentionIndex::insert`).
 
+mod build;
 mod guides;
 mod ids;
 mod policy;
@@ -48,10 +50,11 @@ mod stats;
 mod step;
 pub mod tail;
 
+pub use build::{cache_keys, Shape};
 pub use ids::{Pos, RestId, Split};
 pub use policy::{PolicyConfig, PolicyKind};
 pub use probes::{SeededProbe, SelectEvent, StepObserver, WIDER_EF};
 pub use rest::RestIndex;
 pub use selector::{HeadPrefill, Selection, Selector};
 pub use stats::{ReTopKCounts, RetrievalStats, WiderRun};
-pub use step::{cache_keys, Retrieval, Shape};
+pub use step::Retrieval;

@@ -108,14 +108,15 @@ fn dtype_name<S: serde::Serializer>(d: &qkindex::Dtype, s: S) -> Result<S::Ok, S
 }
 
 impl PolicyConfig {
-    /// Defaults of DESIGN.md §2: sink 128, window 512, k 100, AttentionIndex.
+    /// Defaults of DESIGN.md §2: sink 128, window 512, k 100, and the decode default index
+    /// ([`qkindex::spec::DECODE_DEFAULT`], as the CLI's `--index`).
     pub fn new(kind: PolicyKind) -> Self {
         PolicyConfig {
             kind,
             sink: 128,
             window: 512,
             k: 100,
-            index: qkindex::IndexSpec::Attention(qkindex::AttentionParams::default()),
+            index: qkindex::IndexSpec::decode_default(),
             ef: None,
             nprobe: None,
             measure: true,
@@ -166,5 +167,17 @@ impl PolicyConfig {
             return Err(qkindex::Error::invalid_param("k", 0, "must be at least 1"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_builds_the_decode_default() {
+        let cfg = PolicyConfig::new(PolicyKind::IndexTopk);
+        assert_eq!(cfg.index, qkindex::IndexSpec::decode_default());
+        assert_eq!(cfg.index.to_string(), qkindex::spec::DECODE_DEFAULT);
     }
 }

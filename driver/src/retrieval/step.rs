@@ -1,13 +1,15 @@
 //! The decode step of one layer, in phases: upkeep (keys leaving the window enter the
 //! selector) → select (per query head) → observe (probes, untimed, only when installed) →
 //! attend (static part + selected keys + sampled tail) → merge ([`Partial::merge`]) →
-//! measure (untimed, `measure`) → fold (per-head counters into [`RetrievalStats`]).
+//! measure (untimed, `measure`) → fold (per-head counters into [`RetrievalStats`]). The state
+//! the phases work on is built at the end of the prefill (`build.rs`).
 
 use std::time::{Duration, Instant};
 
 use qkindex::KnnBackend;
 use rayon::prelude::*;
 
+use super::build::{self, Shape};
 use super::guides::Guides;
 use super::ids::{Pos, Split};
 use super::policy::PolicyConfig;
@@ -16,34 +18,7 @@ use super::selector::{self, HeadPrefill, Selection, Selector};
 use super::softmax::Partial;
 use super::stats::{measure, Measured, RetrievalStats};
 use super::tail::{self, tail_part, TailScratch};
-use crate::model::{
-    Config, DecodeAttention, DecodeStep, KvCache, ModelError, StaticPartFn, StaticParts,
-};
-
-/// The attention shape a [`Retrieval`] serves.
-#[derive(Clone, Copy, Debug)]
-pub struct Shape {
-    pub n_layers: usize,
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
-    pub head_dim: usize,
-}
-
-impl Shape {
-    pub fn of(c: &Config) -> Self {
-        Shape {
-            n_layers: c.n_layers,
-            n_heads: c.n_heads,
-            n_kv_heads: c.n_kv_heads,
-            head_dim: c.head_dim,
-        }
-    }
-}
-
-/// Keys of (layer, KV head) from a model's cache, as [`Retrieval::new`] takes them.
-pub fn cache_keys(cache: &KvCache, head_dim: usize) -> impl Fn(usize, usize) -> Vec<f32> + '_ {
-    move |layer, g| cache.keys(layer, g, head_dim).to_vec()
-}
+use crate::model::{DecodeAttention, DecodeStep, ModelError, StaticPartFn, StaticParts};
 
 /// The decode hook of a policy other than `full`: per layer and KV head, a selector and the
 /// window's bookkeeping.
@@ -58,7 +33,7 @@ pub struct Retrieval {
 }
 
 /// One layer's state.
-enum Layer {
+pub(super) enum Layer {
     /// Attends every key (`dense_layers`): a score buffer per KV head.
     Dense(Vec<Vec<f32>>),
     /// A sliding-window layer the model attends itself (`local_layers`): never called.
@@ -68,7 +43,7 @@ enum Layer {
 }
 
 /// One KV head of one layer.
-struct Head {
+pub(super) struct Head {
     selector: Box<dyn Selector>,
     /// The first rest position not yet handed to the selector.
     next: usize,
@@ -87,7 +62,8 @@ struct Head {
 }
 
 impl Head {
-    fn build(prefill: &HeadPrefill<'_>) -> Result<Head, ModelError> {
+    /// The state of one (layer, KV head) after its prefill: its selector, built.
+    pub(super) fn build(prefill: &HeadPrefill<'_>) -> Result<Head, ModelError> {
         let selector = selector::build(prefill)?;
         let guides = match selector.wants_guides() {
             true => Some(Guides::from_prefill(prefill)?),
@@ -113,12 +89,7 @@ impl Retrieval {
     /// the first `n` keys of that layer and KV head (row-major), `prefill_q[layer]` the queries
     /// (row-major `n × (n_heads · head_dim)`; may be empty for policies without an index);
     /// `knn` runs the exact kNN of index builds. `progress` is called after each (layer, KV
-    /// head) build.
-    ///
-    /// The (layer, KV head) builds run in parallel (rayon; each build is parallel inside as
-    /// well, but its connectivity pass and bookkeeping are sequential), so `progress` sees
-    /// them in the order they finish. Every build is deterministic: the result does not depend
-    /// on that order.
+    /// head) build; the builds run in parallel ([`build::build_layers`]).
     pub fn new(
         cfg: PolicyConfig,
         shape: Shape,
@@ -130,52 +101,7 @@ impl Retrieval {
     ) -> Result<Self, ModelError> {
         let t0 = Instant::now();
         cfg.check(n)?;
-        let split = Split::at(n, cfg.sink, cfg.window);
-        let progress = std::sync::Mutex::new(progress);
-        let report = |layer: usize, g: usize| {
-            if let Ok(mut p) = progress.lock() {
-                p(layer, g);
-            }
-        };
-        let jobs: Vec<(usize, usize)> = (0..shape.n_layers)
-            .flat_map(|layer| (0..shape.n_kv_heads).map(move |g| (layer, g)))
-            .collect();
-        let built: Vec<Option<Head>> = jobs
-            .par_iter()
-            .map(|&(layer, g)| {
-                let head = if cfg.is_dense(layer) || cfg.is_local(layer) {
-                    None
-                } else {
-                    let keys = keys_of(layer, g);
-                    let keys = keys.get(..n * shape.head_dim).ok_or_else(|| {
-                        qkindex::Error::invalid_param(
-                            "keys",
-                            keys.len(),
-                            "fewer than the prefill's",
-                        )
-                    })?;
-                    let queries = prefill_q.get(layer).map(Vec::as_slice);
-                    let prefill =
-                        HeadPrefill::new(&cfg, shape, layer, g, split, keys, queries, knn);
-                    Some(Head::build(&prefill)?)
-                };
-                report(layer, g);
-                Ok(head)
-            })
-            .collect::<Result<_, ModelError>>()?;
-        let mut built = built.into_iter();
-        let layers = (0..shape.n_layers)
-            .map(|layer| {
-                let heads: Vec<Head> = built.by_ref().take(shape.n_kv_heads).flatten().collect();
-                if cfg.is_local(layer) {
-                    Layer::Local
-                } else if cfg.is_dense(layer) {
-                    Layer::Dense(vec![Vec::new(); shape.n_kv_heads])
-                } else {
-                    Layer::Split(heads)
-                }
-            })
-            .collect();
+        let layers = build::build_layers(&cfg, shape, keys_of, n, prefill_q, knn, progress)?;
         let last_served = (0..shape.n_layers)
             .rev()
             .find(|&l| !cfg.is_local(l))

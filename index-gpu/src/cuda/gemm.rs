@@ -1,11 +1,13 @@
 //! The GEMM path: cuBLAS `GemmEx` (f16 inputs, f32 accumulate and output) writes a tile of
 //! scores, `topk_select_tile` merges it into the running lists; and the GEMM rate probe.
 
-use super::{elapsed, CudaKnn, Gpu};
+use super::fused::{Chunk, Lists};
+use super::{CudaKnn, Gpu};
 use crate::kernels::SELECT_ROWS_PER_BLOCK;
+use crate::runtime::{elapsed_ms, launch_config, record};
 use crate::{GpuError, Result};
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, PushKernelArg};
 use half::f16;
 
 impl CudaKnn {
@@ -26,7 +28,8 @@ impl CudaKnn {
         let mut c = gpu.zeros::<f32>(size * size, "allocating")?;
         let mut times = Vec::with_capacity(reps);
         for rep in 0..=reps {
-            let ms = gemm_f16_f32(&gpu, blas, (size, size, size), &a, 0, &a, 0, &mut c, size)?;
+            let a = F16Rows { buf: &a, offset: 0 };
+            let ms = gemm_f16_f32(&gpu, blas, (size, size, size), a, a, (&mut c, size))?;
             if rep > 0 {
                 times.push(ms);
             }
@@ -37,20 +40,25 @@ impl CudaKnn {
     }
 }
 
-/// GEMM tiles over the keys, each followed by the selection kernel. Returns the GEMM time (ms).
-#[allow(clippy::too_many_arguments)]
+/// GEMM tiles over the keys of `chunk`, each followed by the selection kernel into `best`;
+/// `tile` is the score buffer and the keys per tile (its capacity holds `rows × keys` f32).
+/// Returns the GEMM time (ms).
 pub(super) fn run_gemm_select(
     gpu: &Gpu,
-    q: &CudaSlice<u16>,
-    keys: &CudaSlice<u16>,
-    tile: &mut CudaSlice<f32>,
-    key_tile: usize,
-    shape: (usize, usize, usize, usize),
-    causal: bool,
-    k: usize,
-    best: (&mut CudaSlice<f32>, &mut CudaSlice<u32>),
+    chunk: &Chunk<'_>,
+    (tile, key_tile): (&mut CudaSlice<f32>, usize),
+    best: Lists<'_>,
 ) -> Result<f64> {
-    let (rows, n, dp, row0) = shape;
+    let Chunk {
+        q,
+        keys,
+        rows,
+        n,
+        dp,
+        row0,
+        causal,
+        k,
+    } = *chunk;
     let blas = gpu
         .blas
         .as_ref()
@@ -60,14 +68,19 @@ pub(super) fn run_gemm_select(
     let mut k0 = 0;
     while k0 < key_end {
         let cols = key_tile.min(key_end - k0);
-        gemm_ms += gemm_f16_f32(gpu, blas, (cols, rows, dp), keys, k0 * dp, q, 0, tile, cols)?;
+        let a = F16Rows {
+            buf: keys,
+            offset: k0 * dp,
+        };
+        let b = F16Rows { buf: q, offset: 0 };
+        gemm_ms += gemm_f16_f32(gpu, blas, (cols, rows, dp), a, b, (&mut *tile, cols))?;
         let (ld, rows_i, cols_i) = (cols as i64, rows as i32, cols as i32);
         let (row0_i, col0_i, causal_i, k_i) = (row0 as i32, k0 as i32, causal as i32, k as i32);
-        let cfg = LaunchConfig {
-            grid_dim: ((rows as u32).div_ceil(SELECT_ROWS_PER_BLOCK), 1, 1),
-            block_dim: (SELECT_ROWS_PER_BLOCK * 32, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = launch_config(
+            ((rows as u32).div_ceil(SELECT_ROWS_PER_BLOCK), 1),
+            SELECT_ROWS_PER_BLOCK * 32,
+            0,
+        );
         let mut b = gpu.compute.launch_builder(&gpu.select);
         b.arg(&*tile)
             .arg(&ld)
@@ -87,33 +100,36 @@ pub(super) fn run_gemm_select(
     Ok(gemm_ms)
 }
 
+/// Row-major f16 rows (as bits) in a device buffer, from element `offset`: a GEMM operand.
+#[derive(Clone, Copy)]
+struct F16Rows<'a> {
+    buf: &'a CudaSlice<u16>,
+    offset: usize,
+}
+
 /// Column-major C (`m × n`, leading dimension `ldc`) = Aᵀ·B where A holds `m` rows of `k` halves
-/// (row-major, i.e. column-major `k × m`) from element `a_off`, and B `n` rows of `k` halves from
-/// `b_off`. In row-major terms: C (as `n × m`) = B·Aᵀ, the scores of B's rows against A's rows.
-/// Returns the GEMM's time (CUDA events, ms).
-#[allow(clippy::too_many_arguments)]
+/// (row-major, i.e. column-major `k × m`), and B `n` rows of `k` halves. In row-major terms:
+/// C (as `n × m`) = B·Aᵀ, the scores of B's rows against A's rows. Returns the GEMM's time
+/// (CUDA events, ms).
 fn gemm_f16_f32(
     gpu: &Gpu,
     blas: &CudaBlas,
     (m, n, k): (usize, usize, usize),
-    a: &CudaSlice<u16>,
-    a_off: usize,
-    b: &CudaSlice<u16>,
-    b_off: usize,
-    c: &mut CudaSlice<f32>,
-    ldc: usize,
+    a: F16Rows<'_>,
+    b: F16Rows<'_>,
+    (c, ldc): (&mut CudaSlice<f32>, usize),
 ) -> Result<f64> {
     use cudarc::cublas::sys::cudaDataType;
     use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t};
-    let e0 = gpu.record(&gpu.compute)?;
+    let e0 = record(&gpu.compute)?;
     let (alpha, beta) = (1.0f32, 0.0f32);
     {
-        let (ap, _ra) = a.device_ptr(&gpu.compute);
-        let (bp, _rb) = b.device_ptr(&gpu.compute);
+        let (ap, _ra) = a.buf.device_ptr(&gpu.compute);
+        let (bp, _rb) = b.buf.device_ptr(&gpu.compute);
         let (cp, _rc) = c.device_ptr_mut(&gpu.compute);
-        let ap = ap + (a_off * 2) as u64;
-        let bp = bp + (b_off * 2) as u64;
-        // SAFETY: A holds ≥ a_off + m·k halves, B ≥ b_off + n·k, C ≥ ldc·n floats (checked by
+        let ap = ap + (a.offset * 2) as u64;
+        let bp = bp + (b.offset * 2) as u64;
+        // SAFETY: A holds ≥ a.offset + m·k halves, B ≥ b.offset + n·k, C ≥ ldc·n floats (by
         // the callers' tile sizes); alpha and beta are host f32 as CUBLAS_COMPUTE_32F expects.
         unsafe {
             cudarc::cublas::result::gemm_ex(
@@ -140,6 +156,6 @@ fn gemm_f16_f32(
         }
         .map_err(|e| GpuError::cuda("cublasGemmEx", e))?;
     }
-    let e1 = gpu.record(&gpu.compute)?;
-    elapsed(&e0, &e1)
+    let e1 = record(&gpu.compute)?;
+    elapsed_ms(&e0, &e1)
 }

@@ -13,9 +13,9 @@
 //! | file | job |
 //! |---|---|
 //! | `mod.rs` | [`KernelPath`], [`CudaKnnOptions`], [`Timings`]; [`CudaKnn`]: options, the [`KnnBackend`] impl |
-//! | `setup.rs` | [`open_device`], compiling and loading the kernels, streams and cuBLAS; path choice, chunk and tile sizes |
+//! | `setup.rs` | compiling and loading the kernels, streams and cuBLAS ([`crate::runtime`]); path choice, chunk and tile sizes |
 //! | `run.rs` | [`CudaKnn::run`]: the chunk loop over the two streams, downloads of finished chunks |
-//! | `fused.rs` | launches of `topk_init` and `fused_score_topk` |
+//! | `fused.rs` | [`Chunk`](fused::Chunk), a chunk of queries against the keys; launches of `topk_init` and `fused_score_topk` |
 //! | `gemm.rs` | cuBLAS `GemmEx` tiles each followed by `topk_select_tile`; the GEMM rate probe |
 //! | `host.rs` | host side: padded f16 rows with range scaling, exact f32 rescoring, unscaling |
 //!
@@ -34,11 +34,9 @@ mod host;
 mod run;
 mod setup;
 
-pub use setup::open_device;
-
+use crate::runtime::record;
 use crate::{GpuError, Result};
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
 };
@@ -132,25 +130,18 @@ struct Gpu {
 }
 
 impl Gpu {
-    /// Records a timed event on `stream`.
-    fn record(&self, stream: &CudaStream) -> Result<CudaEvent> {
-        stream
-            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(|e| GpuError::cuda("recording an event", e))
-    }
-
     /// Copies `host` to the device on the copy stream, between two timed events (returned).
     fn upload(
         &self,
         host: &[u16],
         what: &'static str,
     ) -> Result<(CudaSlice<u16>, CudaEvent, CudaEvent)> {
-        let e0 = self.record(&self.copy)?;
+        let e0 = record(&self.copy)?;
         let device = self
             .copy
             .clone_htod(host)
             .map_err(|e| GpuError::cuda(what, e))?;
-        let e1 = self.record(&self.copy)?;
+        let e1 = record(&self.copy)?;
         Ok((device, e0, e1))
     }
 
@@ -214,11 +205,4 @@ impl KnnBackend for CudaKnn {
         }
         Ok(self.run(queries, keys, k, options)?.0)
     }
-}
-
-/// Milliseconds between two recorded events.
-fn elapsed(a: &CudaEvent, b: &CudaEvent) -> Result<f64> {
-    a.elapsed_ms(b)
-        .map(f64::from)
-        .map_err(|e| GpuError::cuda("reading an event", e))
 }

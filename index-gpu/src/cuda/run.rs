@@ -1,11 +1,12 @@
 //! [`CudaKnn::run`]: queries in chunks over two streams. While the compute stream scores chunk
 //! c, the copy stream uploads its queries and brings back chunk c − 1's lists ([`Pending`]).
 
-use super::fused::{launch_fused, launch_init};
+use super::fused::{launch_fused, launch_init, Chunk};
 use super::gemm::run_gemm_select;
 use super::host::{pad_keys, pad_queries, rescore, unscale};
-use super::{elapsed, CudaKnn, Gpu, KernelPath, Timings};
+use super::{CudaKnn, Gpu, KernelPath, Timings};
 use crate::kernels::{FUSED_BM, FUSED_BN, MAX_K};
+use crate::runtime::{elapsed_ms as elapsed, record};
 use crate::{GpuError, Result};
 use cudarc::driver::CudaSlice;
 use qkindex::knn::check_knn_args;
@@ -68,18 +69,20 @@ impl CudaKnn {
                 .map_err(|e| GpuError::cuda("ordering streams", e))?;
             let mut best_s = gpu.zeros::<f32>(rows * k, "allocating result lists")?;
             let mut best_i = gpu.zeros::<u32>(rows * k, "allocating result lists")?;
-            let c0 = gpu.record(&gpu.compute)?;
+            let c0 = record(&gpu.compute)?;
             launch_init(&gpu, &mut best_s, &mut best_i)?;
+            let job = Chunk {
+                q: &qd,
+                keys: &kd,
+                rows,
+                n,
+                dp,
+                row0: q0,
+                causal: options.causal,
+                k,
+            };
             match path {
-                KernelPath::Fused => launch_fused(
-                    &gpu,
-                    &qd,
-                    &kd,
-                    (rows, n, dp, q0),
-                    options.causal,
-                    k,
-                    (&mut best_s, &mut best_i),
-                )?,
+                KernelPath::Fused => launch_fused(&gpu, &job, (&mut best_s, &mut best_i))?,
                 _ => {
                     let key_tile = self.key_tile(&gpu, chunk, n)?;
                     if tile.as_ref().is_none_or(|(_, cols)| *cols != key_tile) {
@@ -90,20 +93,11 @@ impl CudaKnn {
                     let Some((buf, _)) = tile.as_mut() else {
                         unreachable!("the tile was just allocated")
                     };
-                    t.gemm_ms += run_gemm_select(
-                        &gpu,
-                        &qd,
-                        &kd,
-                        buf,
-                        key_tile,
-                        (rows, n, dp, q0),
-                        options.causal,
-                        k,
-                        (&mut best_s, &mut best_i),
-                    )?;
+                    t.gemm_ms +=
+                        run_gemm_select(&gpu, &job, (buf, key_tile), (&mut best_s, &mut best_i))?;
                 }
             }
-            let c1 = gpu.record(&gpu.compute)?;
+            let c1 = record(&gpu.compute)?;
             t.upload_ms += elapsed(&e0, &e1)?;
             // The previous chunk comes back while this one computes.
             if let Some(p) = pending.take() {
@@ -153,14 +147,14 @@ impl Pending {
     /// Copies the lists into the output rows; returns the copy time (ms).
     fn download(self, gpu: &Gpu, ids: &mut [u32], scores: &mut [f32]) -> Result<f64> {
         let range = self.q0 * self.k..(self.q0 + self.rows) * self.k;
-        let e0 = gpu.record(&gpu.copy)?;
+        let e0 = record(&gpu.copy)?;
         gpu.copy
             .memcpy_dtoh(&self.best_i, &mut ids[range.clone()])
             .map_err(|e| GpuError::cuda("downloading ids", e))?;
         gpu.copy
             .memcpy_dtoh(&self.best_s, &mut scores[range])
             .map_err(|e| GpuError::cuda("downloading scores", e))?;
-        let e1 = gpu.record(&gpu.copy)?;
+        let e1 = record(&gpu.copy)?;
         elapsed(&e0, &e1)
     }
 }

@@ -1,77 +1,31 @@
-//! Opening a device and setting a [`CudaKnn`] up: the kernels compiled by NVRTC and loaded,
-//! the streams and cuBLAS; then per call the kernel path and the chunk and tile sizes.
+//! Setting a [`CudaKnn`] up on a device ([`crate::runtime`]): the kernels compiled by NVRTC and
+//! loaded, the streams and cuBLAS; then per call the kernel path and the chunk and tile sizes.
 
 use super::{CudaKnn, CudaKnnOptions, Gpu, KernelPath};
-use crate::kernels::{self, FUSED_BM, FUSED_BN};
+use crate::kernels::{self, FUSED_BM, FUSED_BN, TOPK_FUNCTIONS};
+use crate::runtime;
 use crate::{GpuError, Result};
-use cudarc::cublas::CudaBlas;
 use cudarc::driver::sys::CUdevice_attribute;
-use cudarc::driver::CudaContext;
-use std::sync::{Arc, Mutex};
-
-/// Opens CUDA device `ordinal` for this crate's kernels (compute capability 8.0 or newer). Fails
-/// with [`GpuError::Unavailable`] and the reason where there is no usable GPU.
-pub fn open_device(ordinal: usize) -> Result<(Arc<CudaContext>, (i32, i32))> {
-    // SAFETY: probes whether the driver library loads; no symbol is called.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(GpuError::Unavailable(
-            "the CUDA driver library (libcuda.so) is not installed".to_string(),
-        ));
-    }
-    let count = CudaContext::device_count()
-        .map_err(|e| GpuError::Unavailable(format!("the CUDA driver reports {e:?}")))?;
-    if ordinal >= count.max(0) as usize {
-        return Err(GpuError::Unavailable(format!(
-            "device cuda:{ordinal} requested, {count} CUDA device(s) present"
-        )));
-    }
-    let ctx = CudaContext::new(ordinal).map_err(|e| GpuError::cuda("opening the device", e))?;
-    let capability = ctx
-        .compute_capability()
-        .map_err(|e| GpuError::cuda("reading the compute capability", e))?;
-    if capability.0 < 8 {
-        return Err(GpuError::Unavailable(format!(
-            "compute capability {}.{}: the kernels need 8.0 or newer (mma.sync m16n8k16)",
-            capability.0, capability.1
-        )));
-    }
-    Ok((ctx, capability))
-}
+use std::sync::Mutex;
 
 impl CudaKnn {
     /// Opens device `ordinal`, compiles the kernels with NVRTC and loads them. Fails with
     /// [`GpuError::Unavailable`] (and the reason) where there is no usable GPU.
     pub fn new(ordinal: usize) -> Result<Self> {
-        let (ctx, capability) = open_device(ordinal)?;
-        let device_name = ctx.name().unwrap_or_else(|_| "unknown".to_string());
+        let (ctx, capability) = runtime::open_device(ordinal)?;
+        let device_name = runtime::device_name(&ctx);
         let ptx = kernels::compile_topk(capability)?;
-        let module = ctx
-            .load_module(ptx)
-            .map_err(|e| GpuError::cuda("loading kernels/topk.cu", e))?;
-        let load = |name: &'static str| {
-            module
-                .load_function(name)
-                .map_err(|e| GpuError::cuda("loading a kernel", (name, e)))
-        };
-        let (init, select, fused) = (
-            load("topk_init")?,
-            load("topk_select_tile")?,
-            load("fused_score_topk")?,
-        );
+        let [init, select, fused] =
+            runtime::load_kernels(&ctx, ptx, "kernels/topk.cu", TOPK_FUNCTIONS)?;
         let smem_optin = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
             .map_err(|e| GpuError::cuda("reading the shared-memory limit", e))?
             .max(0) as usize;
-        let compute = ctx
-            .new_stream()
-            .map_err(|e| GpuError::cuda("creating a stream", e))?;
-        let copy = ctx
-            .new_stream()
-            .map_err(|e| GpuError::cuda("creating a stream", e))?;
+        let compute = runtime::new_stream(&ctx)?;
+        let copy = runtime::new_stream(&ctx)?;
         // cuBLAS is only needed by the GEMM path; without it the fused path still runs.
-        // SAFETY: probes whether the cuBLAS library loads; no symbol is called.
-        let blas = if unsafe { cudarc::cublas::sys::is_culib_present() } {
-            Some(CudaBlas::new(compute.clone()).map_err(|e| GpuError::cuda("cuBLAS init", e))?)
+        let blas = if runtime::cublas_present() {
+            Some(runtime::cublas(&compute)?)
         } else {
             None
         };

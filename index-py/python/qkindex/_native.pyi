@@ -2,7 +2,7 @@
 ``tests/test_stubs.py``)."""
 
 import os
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -73,6 +73,10 @@ class AttentionIndex:
         dtype: Optional[str] = None,
         auto_ef: float = 0.0,
         knn_pool: int = 0,
+        queries_per_key: float = 0.0,
+        global_full: float = 0.0,
+        far_check: float = 0.0,
+        visible: Optional[Sequence[int]] = None,
     ) -> "AttentionIndex": ...
     def search(
         self, queries: ArrayLike, k: int = 100, ef: Optional[int] = None, beam: Optional[int] = None
@@ -188,6 +192,10 @@ def exact_topk(
 def knn_device(device: str = "auto") -> str:
     """Where exact kNN for builds runs for `device`: "cpu", "cuda:0 (NVIDIA H200)", or
     "cpu (auto: no usable GPU: ...)". Raises RuntimeError for "cuda" without a usable GPU."""
+def decode_default_build() -> Dict[str, Any]:
+    """The keywords of `AttentionIndex.build` that make the decode default (the driver's
+    `--index` default, what `qkindex.hf` builds): its parameters that differ from the build's
+    defaults. Its causal lists read `visible`, which the caller passes."""
 def recall(found_ids: ArrayLike, exact_ids: ArrayLike) -> float: ...
 def attention_mass(query: ArrayLike, keys: ArrayLike, ids: ArrayLike) -> float: ...
 def load(path: PathLike, mmap: bool = True, verify: bool = True) -> Union[AttentionIndex, FlatIndex]: ...

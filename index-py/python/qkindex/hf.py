@@ -44,7 +44,7 @@ from transformers import AttentionInterface, DynamicCache
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from ._native import AttentionIndex, Dump
+from ._native import AttentionIndex, Dump, decode_default_build
 from ._write import write_dump
 
 #: The name registered in ``AttentionInterface`` (and ``AttentionMaskInterface``).
@@ -219,9 +219,11 @@ class RetrievalAttention:
     ``policy``: ``"static"`` (sinks + window only), ``"exact-topk"`` (plus the exact top-``k``
     of the rest, by a scan) or ``"index-topk"`` (plus the top-``k`` an ``AttentionIndex``
     returns, built after the prefill per layer and KV head from the keys of the rest and the
-    group's prefill queries, ``build`` passed to ``AttentionIndex.build``; ``ef`` for its
-    searches; at long contexts ``build={"auto_ef": 0.95}`` measures each index's default
-    ``ef`` on the group's last prefill queries instead of a fixed 128). ``measure``: also score every key each step (untimed) to report recall@k of the
+    group's prefill queries; ``ef`` for its searches). The index is the decode default, the
+    driver's (``qkindex.decode_default_build()``: causal lists from each query's visible keys,
+    1.25 queries per key, far-back queries' full lists, and each index's default ``ef``
+    measured for recall@100 0.95 on the group's last prefill queries); ``build`` overrides its
+    ``AttentionIndex.build`` keywords. ``measure``: also score every key each step (untimed) to report recall@k of the
     retrieved keys against the rest's exact top-k, the attended keys' softmax mass, and its
     ratio to the mass with the exact top-k in their place (the driver's statistics).
 
@@ -250,7 +252,7 @@ class RetrievalAttention:
         self.policy = policy
         self.sink, self.window, self.k, self.ef = int(sink), int(window), int(k), ef
         self.measure = measure
-        self.build_params = dict(build or {})
+        self.build_params = {**decode_default_build(), **dict(build or {})}
         self.max_train = max_train
         self.threads = threads or min(8, os.cpu_count() or 1)
         modules = attention_layers(model)
@@ -337,14 +339,19 @@ class RetrievalAttention:
         t0 = time.perf_counter()
         keys = key[0, :, self.sink:rest_end].detach()
         queries = query[0].detach()
+        # The rest keys the query at each position could attend to (rest id i is position
+        # sink + i), alike for every query head of a group: what causal builds read.
+        seen = np.clip(np.arange(1, n + 1) - self.sink, 0, rest_end - self.sink)
+        seen = np.tile(seen, group).astype(np.int64)
 
         def build(j: int) -> AttentionIndex:
-            # The group's prefill queries, evenly subsampled to max_train rows.
+            # The group's prefill queries (head-major), evenly subsampled to max_train rows.
             train = queries[j * group:(j + 1) * group].reshape(-1, queries.shape[-1])
+            visible = seen
             if self.max_train is not None and train.shape[0] > self.max_train:
                 pick = torch.linspace(0, train.shape[0] - 1, self.max_train).round().long()
-                train = train[pick]
-            return AttentionIndex.build(keys[j], train, **self.build_params)
+                train, visible = train[pick], seen[pick.numpy()]
+            return AttentionIndex.build(keys[j], train, visible=visible, **self.build_params)
 
         with ThreadPoolExecutor(min(self.threads, kvh)) as pool:
             built = list(pool.map(build, range(kvh)))
@@ -374,8 +381,10 @@ class RetrievalAttention:
                 if ix is None:
                     # The prefill left no rest (it fit in sink + window): the first key to
                     # leave the window starts the index, trained on this step's queries.
+                    # Decode queries see every key of the rest.
+                    seen = np.full(qg.shape[0], rest_end - self.sink, dtype=np.int64)
                     ix = heads[j] = AttentionIndex.build(keys[j, self.sink:rest_end], qg,
-                                                         **self.build_params)
+                                                         visible=seen, **self.build_params)
                 # Upkeep: keys that left the window enter the index (ids follow positions).
                 while self.sink + len(ix) < rest_end:
                     pos = self.sink + len(ix)

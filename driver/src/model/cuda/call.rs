@@ -9,8 +9,9 @@ use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use qkindex_gpu::cudarc::driver::CudaSlice;
+use qkindex_gpu::runtime::{elapsed_ms, record};
 
-use super::kernels::{elapsed, event, Dev, Parts};
+use super::kernels::{Dev, KvView, Parts};
 use super::{cuda, CudaStats, DevCache, DeviceWeights, Inner, CACHES_KEPT};
 use crate::model::arch::Architecture;
 use crate::model::backend::{Backend, Heads};
@@ -27,7 +28,7 @@ impl Inner {
             return Ok(());
         }
         if model.cfg.arch != Architecture::Llama {
-            return Err(ModelError::Device(format!(
+            return Err(ModelError::DeviceState(format!(
                 "the {} architecture does not run on the CUDA backend yet (no kernels for its \
                  sliding-window attention, q/k norms, GeGLU and embedding scale); use --device cpu",
                 model.cfg.arch.gguf_name()
@@ -137,7 +138,7 @@ impl<'a> CudaCall<'a> {
 fn cache_of<'c>(cache: &'c mut Option<&mut DevCache>) -> Result<&'c mut DevCache> {
     cache
         .as_deref_mut()
-        .ok_or_else(|| ModelError::Device("no KV cache in this call".to_string()))
+        .ok_or_else(|| ModelError::DeviceState("no KV cache in this call".to_string()))
 }
 
 impl Backend for CudaCall<'_> {
@@ -287,16 +288,17 @@ impl Backend for CudaCall<'_> {
         if window.is_some() {
             return Err(not_on_cuda("sliding-window attention"));
         }
-        let cap = cache.capacity();
-        let heads = (heads.n_heads, heads.n_kv_heads, heads.head_dim);
         let dc = cache_of(&mut self.cache)?;
-        let (k, v) = (&dc.k[layer], &dc.v[layer]);
+        let kv = KvView {
+            k: &dc.k[layer],
+            v: &dc.v[layer],
+            capacity: cache.capacity(),
+        };
         if rows == 1 {
             let parts = decode_parts(&mut self.parts)?;
-            self.dev
-                .decode_full(q, k, v, pos0 + 1, cap, heads, parts, out)
+            self.dev.decode_full(q, kv, pos0 + 1, heads, parts, out)
         } else {
-            self.dev.causal(q, k, v, rows, pos0, cap, heads, out)
+            self.dev.causal(q, kv, (rows, pos0), heads, out)
         }
     }
 
@@ -311,11 +313,8 @@ impl Backend for CudaCall<'_> {
         att: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let cap = cache.capacity();
-        let Heads {
-            n_heads,
-            n_kv_heads,
-            head_dim: hd,
-        } = self.heads;
+        let heads = self.heads;
+        let (n_heads, hd) = (heads.n_heads, heads.head_dim);
         let (kc, vc) = cache.layer(li);
         let step = DecodeStep {
             layer: li,
@@ -332,17 +331,16 @@ impl Backend for CudaCall<'_> {
                 // GPU: the static part, queued now; CPU: the policy's search, at once.
                 let dc = cache_of(&mut self.cache)?;
                 let parts = decode_parts(&mut self.parts)?;
-                let e0 = event(s)?;
-                let chunks = self.dev.range_parts(
-                    q,
-                    &dc.k[li],
-                    &dc.v[li],
-                    cap,
-                    (sink, rest_end, pos0 + 1),
-                    (n_heads, n_kv_heads, hd),
-                    parts,
-                )?;
-                let e1 = event(s)?;
+                let kv = KvView {
+                    k: &dc.k[li],
+                    v: &dc.v[li],
+                    capacity: cap,
+                };
+                let e0 = record(s)?;
+                let chunks =
+                    self.dev
+                        .range_parts(q, kv, (sink, rest_end, pos0 + 1), heads, parts)?;
+                let e1 = record(s)?;
                 let mut waited = (Duration::ZERO, Duration::ZERO);
                 let mut supply = || -> Result<StaticParts> {
                     let asked = Instant::now();
@@ -355,7 +353,7 @@ impl Backend for CudaCall<'_> {
                 };
                 p.attend_split(step, &mut supply, out)?;
                 stats.split_layer_steps += 1;
-                stats.gpu_static_ms += elapsed(&e0, &e1)?;
+                stats.gpu_static_ms += elapsed_ms(&e0, &e1)?;
                 stats.cpu_before_wait_ms += waited.0.as_secs_f64() * 1e3;
                 stats.wait_ms += waited.1.as_secs_f64() * 1e3;
             }
@@ -377,7 +375,7 @@ impl Backend for CudaCall<'_> {
 /// The part buffers of a decode call (allocated when the call has one token).
 /// The error of an operation that only the CPU backend has (Gemma 3's).
 fn not_on_cuda(op: &str) -> ModelError {
-    ModelError::Device(format!(
+    ModelError::DeviceState(format!(
         "{op} is not implemented on the CUDA backend: Gemma 3 runs on the CPU (--device cpu)"
     ))
 }
@@ -385,7 +383,7 @@ fn not_on_cuda(op: &str) -> ModelError {
 fn decode_parts(parts: &mut Option<Parts>) -> Result<&mut Parts> {
     parts
         .as_mut()
-        .ok_or_else(|| ModelError::Device("decode part buffers missing".to_string()))
+        .ok_or_else(|| ModelError::DeviceState("decode part buffers missing".to_string()))
 }
 
 /// Merges `chunks` online-softmax parts per head (host arrays from the GPU) into one per head.

@@ -1,17 +1,20 @@
 //! Launches of the kernels of `kernels/llama.cu` and of cuBLAS's SGEMM, one method of [`Dev`]
-//! per operation; shapes and layouts are those the kernels document.
+//! per operation; shapes and layouts are those the kernels document. Attention reads a layer's
+//! cached keys and values through a [`KvView`] and takes its head counts as [`Heads`].
 
 use std::sync::Arc;
 
 use qkindex_gpu::cudarc::cublas::sys::cublasOperation_t;
 use qkindex_gpu::cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
-use qkindex_gpu::cudarc::driver::sys::CUevent_flags;
 use qkindex_gpu::cudarc::driver::{
-    CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, PushKernelArg,
 };
+use qkindex_gpu::cudarc::nvrtc::Ptx;
+use qkindex_gpu::runtime::{grid_1d, launch_config, load_kernels};
 use qkindex_gpu::GpuError;
 
-use super::{cuda, gpu_err, DECODE_CHUNK};
+use super::{cuda, DECODE_CHUNK};
+use crate::model::backend::Heads;
 use crate::model::error::Result;
 
 /// The kernels of `kernels/llama.cu`, loaded once per device.
@@ -29,24 +32,37 @@ pub(super) struct Kernels {
 }
 
 impl Kernels {
-    /// Loads every kernel from the compiled `kernels/llama.cu` module.
-    pub(super) fn load(module: &Arc<CudaModule>) -> Result<Self> {
-        let load = |name: &str| {
-            module
-                .load_function(name)
-                .map_err(cuda("loading a kernel of kernels/llama.cu"))
-        };
+    /// Loads every kernel of the compiled `kernels/llama.cu` into `ctx`.
+    pub(super) fn load(ctx: &Arc<CudaContext>, ptx: Ptx) -> Result<Self> {
+        let [embed, rms_norm, rope, swiglu, add, kv_write, causal, range, ids, merge] =
+            load_kernels(
+                ctx,
+                ptx,
+                "kernels/llama.cu",
+                [
+                    "embed_gather",
+                    "rms_norm",
+                    "rope",
+                    "swiglu",
+                    "add_inplace",
+                    "kv_write",
+                    "attention_causal",
+                    "attention_partial_range",
+                    "attention_partial_ids",
+                    "partial_merge",
+                ],
+            )?;
         Ok(Kernels {
-            embed: load("embed_gather")?,
-            rms_norm: load("rms_norm")?,
-            rope: load("rope")?,
-            swiglu: load("swiglu")?,
-            add: load("add_inplace")?,
-            kv_write: load("kv_write")?,
-            causal: load("attention_causal")?,
-            range: load("attention_partial_range")?,
-            ids: load("attention_partial_ids")?,
-            merge: load("partial_merge")?,
+            embed,
+            rms_norm,
+            rope,
+            swiglu,
+            add,
+            kv_write,
+            causal,
+            range,
+            ids,
+            merge,
         })
     }
 }
@@ -58,31 +74,25 @@ pub(super) struct Dev {
     pub(super) f: Kernels,
 }
 
-pub(super) fn event(s: &Arc<CudaStream>) -> Result<CudaEvent> {
-    s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(cuda("recording an event"))
-}
-
-pub(super) fn elapsed(a: &CudaEvent, b: &CudaEvent) -> Result<f64> {
-    a.elapsed_ms(b)
-        .map(f64::from)
-        .map_err(cuda("reading an event"))
-}
-
-pub(super) fn cfg1(grid_x: u32, grid_y: u32, block: u32) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (grid_x.max(1), grid_y.max(1), 1),
-        block_dim: (block, 1, 1),
-        shared_mem_bytes: 0,
-    }
-}
-
-pub(super) fn grid_for(n: usize, block: usize) -> u32 {
-    n.div_ceil(block).clamp(1, 65_535) as u32
+/// A layer's cached keys and values on the device: `n_kv` blocks of `capacity × hd` each.
+#[derive(Clone, Copy)]
+pub(super) struct KvView<'a> {
+    pub(super) k: &'a CudaSlice<f32>,
+    pub(super) v: &'a CudaSlice<f32>,
+    pub(super) capacity: usize,
 }
 
 /// Online-softmax part buffers on the device: max, sum and unnormalized output per (head, chunk).
 pub(super) type Parts = (CudaSlice<f32>, CudaSlice<f32>, CudaSlice<f32>);
+
+/// `heads` as the kernels' `int` arguments `(n_heads, n_kv, hd)`.
+fn head_args(heads: Heads) -> (i32, i32, i32) {
+    (
+        heads.n_heads as i32,
+        heads.n_kv_heads as i32,
+        heads.head_dim as i32,
+    )
+}
 
 impl Dev {
     /// `out[r] = table[tokens[r]]` for `n` rows of `dim`.
@@ -99,13 +109,12 @@ impl Dev {
         b.arg(table).arg(tokens).arg(&ni).arg(&d).arg(out);
         // SAFETY: embed_gather(table, tokens, n, dim, out): tokens < vocab (checked by
         // Llama::forward_with), out n × dim.
-        unsafe { b.launch(cfg1(n as u32, 1, 256)) }.map_err(cuda("embed_gather"))?;
+        unsafe { b.launch(launch_config((n as u32, 1), 256, 0)) }.map_err(cuda("embed_gather"))?;
         Ok(())
     }
 
     /// Writes `n` rows of keys and values (`n × (n_kv · hd)`) at positions `pos0..` of the
     /// caches (`n_kv` blocks of `capacity × hd`).
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn kv_write(
         &self,
         (k, v): (&CudaSlice<f32>, &CudaSlice<f32>),
@@ -128,7 +137,7 @@ impl Dev {
             .arg(&p0);
         // SAFETY: kv_write(k, v, k_cache, v_cache, rows, n_kv, hd, capacity, pos0):
         // pos0 + rows ≤ capacity (checked by Llama::forward_with).
-        unsafe { b.launch(cfg1(grid_for(n * n_kv * hd, 256), 1, 256)) }
+        unsafe { b.launch(launch_config((grid_1d(n * n_kv * hd, 256), 1), 256, 0)) }
             .map_err(cuda("kv_write"))?;
         Ok(())
     }
@@ -157,12 +166,7 @@ impl Dev {
             ldc: out as i32,
         };
         // SAFETY: w holds out × in, x rows × in, y rows × out floats (allocated so by callers).
-        unsafe { self.blas.gemm(cfg, w, x, y) }.map_err(|e| {
-            gpu_err(GpuError::Cuda {
-                what: "cublasSgemm",
-                reason: format!("{e:?}"),
-            })
-        })
+        unsafe { self.blas.gemm(cfg, w, x, y) }.map_err(|e| GpuError::cuda("cublasSgemm", e).into())
     }
 
     pub(super) fn rms_norm(
@@ -178,7 +182,7 @@ impl Dev {
         let mut b = self.stream.launch_builder(&self.f.rms_norm);
         b.arg(x).arg(w).arg(&r).arg(&d).arg(&eps).arg(out);
         // SAFETY: rms_norm(x, w, rows, dim, eps, out): x and out rows × dim, w dim.
-        unsafe { b.launch(cfg1(rows as u32, 1, 256)) }.map_err(cuda("rms_norm"))?;
+        unsafe { b.launch(launch_config((rows as u32, 1), 256, 0)) }.map_err(cuda("rms_norm"))?;
         Ok(())
     }
 
@@ -198,12 +202,11 @@ impl Dev {
         b.arg(&view).arg(w).arg(&r).arg(&d).arg(&eps).arg(&view);
         // SAFETY: rms_norm(x, w, rows, dim, eps, out) with out == x, which the kernel allows
         // (each block reads its row into registers/shared memory before writing it).
-        unsafe { b.launch(cfg1(rows as u32, 1, 256)) }.map_err(cuda("rms_norm"))?;
+        unsafe { b.launch(launch_config((rows as u32, 1), 256, 0)) }.map_err(cuda("rms_norm"))?;
         Ok(())
     }
 
     /// Rotate-half RoPE in place with the tables `(cos, sin)` (each `max_pos × half`).
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn rope(
         &self,
         x: &mut CudaSlice<f32>,
@@ -218,8 +221,14 @@ impl Dev {
         b.arg(x).arg(cos).arg(sin).arg(&r).arg(&h).arg(&hf).arg(&p);
         // SAFETY: rope(x, cos, sin, rows, n_heads, half, pos0): x rows × heads·2·half; tables
         // cover positions < context length ≥ pos0 + rows (checked by the caller).
-        unsafe { b.launch(cfg1(grid_for(rows * heads * half, 256), 1, 256)) }
-            .map_err(cuda("rope"))?;
+        unsafe {
+            b.launch(launch_config(
+                (grid_1d(rows * heads * half, 256), 1),
+                256,
+                0,
+            ))
+        }
+        .map_err(cuda("rope"))?;
         Ok(())
     }
 
@@ -234,38 +243,27 @@ impl Dev {
         let mut b = self.stream.launch_builder(f);
         b.arg(x).arg(y).arg(&n);
         // SAFETY: swiglu(gate, up, n) / add_inplace(x, h, n): both buffers hold n floats.
-        unsafe { b.launch(cfg1(grid_for(n as usize, 256), 1, 256)) }.map_err(cuda(what))?;
+        unsafe { b.launch(launch_config((grid_1d(n as usize, 256), 1), 256, 0)) }
+            .map_err(cuda(what))?;
         Ok(())
     }
 
-    /// Causal attention of `n` query rows at positions `pos0..` over `k`, `v` blocks of
-    /// `capacity` rows.
-    #[allow(clippy::too_many_arguments)]
+    /// Causal attention of `n` query rows at positions `pos0..` over the cached `kv`.
     pub(super) fn causal(
         &self,
         q: &CudaSlice<f32>,
-        k: &CudaSlice<f32>,
-        v: &CudaSlice<f32>,
-        n: usize,
-        pos0: usize,
-        capacity: usize,
-        heads: (usize, usize, usize),
+        kv: KvView<'_>,
+        (n, pos0): (usize, usize),
+        heads: Heads,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        let (n_heads, n_kv, hd) = heads;
-        let (ni, p0, nh, nk, hdi, cap) = (
-            n as i32,
-            pos0 as i32,
-            n_heads as i32,
-            n_kv as i32,
-            hd as i32,
-            capacity as i32,
-        );
-        let scale = 1.0f32 / (hd as f32).sqrt();
+        let (nh, nk, hdi) = head_args(heads);
+        let (ni, p0, cap) = (n as i32, pos0 as i32, kv.capacity as i32);
+        let scale = 1.0f32 / (heads.head_dim as f32).sqrt();
         let mut b = self.stream.launch_builder(&self.f.causal);
         b.arg(q)
-            .arg(k)
-            .arg(v)
+            .arg(kv.k)
+            .arg(kv.v)
             .arg(out)
             .arg(&ni)
             .arg(&p0)
@@ -274,44 +272,42 @@ impl Dev {
             .arg(&hdi)
             .arg(&cap)
             .arg(&scale);
-        let group = n_heads / n_kv;
-        let blocks = (n * group).div_ceil(16) * n_kv;
+        let group = heads.n_heads / heads.n_kv_heads;
+        let blocks = (n * group).div_ceil(16) * heads.n_kv_heads;
         // SAFETY: attention_causal(q, k_cache, v_cache, out, n, pos0, n_heads, n_kv, hd, capacity,
         // scale): blocks of exactly 128 threads, each taking 16 stacked query rows of one KV head
         // (any grid is correct; this one gives every block one work item); hd ≤ 128, hd % 4 = 0,
         // buffers 16-byte aligned (cudarc allocations), cache rows 0..pos0 + n written.
-        unsafe { b.launch(cfg1(grid_for(blocks, 1), 1, 128)) }.map_err(cuda("attention_causal"))?;
+        unsafe { b.launch(launch_config((grid_1d(blocks, 1), 1), 128, 0)) }
+            .map_err(cuda("attention_causal"))?;
         Ok(())
     }
 
-    /// Online-softmax parts of one decode query over positions `0..sink` and `rest_end..keys`,
-    /// in chunks of [`DECODE_CHUNK`]; returns the chunk count per head.
-    #[allow(clippy::too_many_arguments)]
+    /// Online-softmax parts of one decode query over positions `0..sink` and `rest_end..keys`
+    /// of the cached `kv`, in chunks of [`DECODE_CHUNK`]; returns the chunk count per head.
     pub(super) fn range_parts(
         &self,
         q: &CudaSlice<f32>,
-        k: &CudaSlice<f32>,
-        v: &CudaSlice<f32>,
-        capacity: usize,
+        kv: KvView<'_>,
         (sink, rest_end, keys): (usize, usize, usize),
-        heads: (usize, usize, usize),
+        heads: Heads,
         parts: &mut Parts,
     ) -> Result<usize> {
-        let (n_heads, n_kv, hd) = heads;
         let set = sink.min(keys) + keys.saturating_sub(rest_end.max(sink.min(keys)));
         let chunks = set.div_ceil(DECODE_CHUNK).max(1);
-        let (nh, nk, hdi, cap) = (n_heads as i32, n_kv as i32, hd as i32, capacity as i32);
+        let (nh, nk, hdi) = head_args(heads);
+        let cap = kv.capacity as i32;
         let (si, re, ki, ch) = (
             sink as i32,
             rest_end as i32,
             keys as i32,
             DECODE_CHUNK as i32,
         );
-        let scale = 1.0f32 / (hd as f32).sqrt();
+        let scale = 1.0f32 / (heads.head_dim as f32).sqrt();
         let mut b = self.stream.launch_builder(&self.f.range);
         b.arg(q)
-            .arg(k)
-            .arg(v)
+            .arg(kv.k)
+            .arg(kv.v)
             .arg(&nh)
             .arg(&nk)
             .arg(&hdi)
@@ -327,27 +323,26 @@ impl Dev {
         // SAFETY: attention_partial_range(q, k_cache, v_cache, n_heads, n_kv, hd, capacity, scale,
         // sink, rest_end, n_keys, chunk, part_m, part_l, part_o); grid (n_heads, chunks); the
         // parts hold n_heads·chunks (·hd) floats (allocated by the caller for DECODE_CHUNK).
-        unsafe { b.launch(cfg1(n_heads as u32, chunks as u32, 128)) }
+        unsafe { b.launch(launch_config((heads.n_heads as u32, chunks as u32), 128, 0)) }
             .map_err(cuda("attention_partial_range"))?;
         Ok(chunks)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Merges `per_head` parts of each head into the normalized output (`n_heads × hd`).
     pub(super) fn merge(
         &self,
-        m: &CudaSlice<f32>,
-        l: &CudaSlice<f32>,
-        o: &CudaSlice<f32>,
-        n_heads: usize,
+        (m, l, o): &Parts,
         per_head: usize,
-        hd: usize,
+        heads: Heads,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        let (nh, ph, hdi) = (n_heads as i32, per_head as i32, hd as i32);
+        let (nh, _, hdi) = head_args(heads);
+        let ph = per_head as i32;
         let mut b = self.stream.launch_builder(&self.f.merge);
         b.arg(m).arg(l).arg(o).arg(&nh).arg(&ph).arg(&hdi).arg(out);
         // SAFETY: partial_merge(part_m, part_l, part_o, n_heads, parts_per_head, hd, out).
-        unsafe { b.launch(cfg1(n_heads as u32, 1, 128)) }.map_err(cuda("partial_merge"))?;
+        unsafe { b.launch(launch_config((heads.n_heads as u32, 1), 128, 0)) }
+            .map_err(cuda("partial_merge"))?;
         Ok(())
     }
 
@@ -362,22 +357,19 @@ impl Dev {
         ))
     }
 
-    /// Full attention of one decode query over `keys` positions: split over key chunks, merged.
-    #[allow(clippy::too_many_arguments)]
+    /// Full attention of one decode query over `keys` positions of the cached `kv`: split over
+    /// key chunks, merged.
     pub(super) fn decode_full(
         &self,
         q: &CudaSlice<f32>,
-        k: &CudaSlice<f32>,
-        v: &CudaSlice<f32>,
+        kv: KvView<'_>,
         keys: usize,
-        capacity: usize,
-        heads: (usize, usize, usize),
+        heads: Heads,
         parts: &mut Parts,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        let (n_heads, _, hd) = heads;
         // All keys as the "sink": positions 0..keys.
-        let chunks = self.range_parts(q, k, v, capacity, (keys, keys, keys), heads, parts)?;
-        self.merge(&parts.0, &parts.1, &parts.2, n_heads, chunks, hd, out)
+        let chunks = self.range_parts(q, kv, (keys, keys, keys), heads, parts)?;
+        self.merge(parts, chunks, heads, out)
     }
 }

@@ -14,10 +14,13 @@
 //!   the retrieved keys and merges exactly.
 //!   [`CudaStats`] records how the two overlapped.
 //!
+//! Opening the device, loading the kernels, streams, cuBLAS, events and launch shapes are
+//! [`qkindex_gpu::runtime`]'s, shared with the index builds' [`qkindex_gpu::CudaKnn`].
+//!
 //! | file | job |
 //! |---|---|
 //! | `mod.rs` | [`CudaBackend`]: the device, its state, the forward and logits entry points; [`CudaStats`] |
-//! | `kernels.rs` | one launch per kernel of `kernels/llama.cu` and the cuBLAS SGEMM |
+//! | `kernels.rs` | one launch per kernel of `kernels/llama.cu` and the cuBLAS SGEMM; [`KvView`](kernels::KvView) |
 //! | `call.rs` | weight upload, cache mirrors, and `CudaCall`: the `Backend` of one forward call |
 //! | `probe.rs` | the attention kernels alone, for timing and checks (`qkindex gpu-check`) |
 
@@ -28,9 +31,8 @@ mod probe;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use qkindex_gpu::cudarc::cublas::CudaBlas;
-use qkindex_gpu::cudarc::driver::{CudaContext, CudaSlice};
-use qkindex_gpu::GpuError;
+use qkindex_gpu::cudarc::driver::{CudaContext, CudaSlice, DriverError};
+use qkindex_gpu::{runtime, GpuError};
 
 use super::backend::Timings;
 use super::error::{ModelError, Result};
@@ -103,45 +105,27 @@ struct Inner {
     stats: CudaStats,
 }
 
-pub(super) fn cuda(
-    what: &'static str,
-) -> impl Fn(qkindex_gpu::cudarc::driver::DriverError) -> ModelError {
-    move |e| {
-        gpu_err(GpuError::Cuda {
-            what,
-            reason: format!("{e:?}"),
-        })
-    }
-}
-
-pub(super) fn gpu_err(e: GpuError) -> ModelError {
-    ModelError::Device(e.to_string())
+/// Maps a failed cudarc call `what` to the model's error (a typed [`GpuError::Cuda`]).
+pub(super) fn cuda(what: &'static str) -> impl Fn(DriverError) -> ModelError {
+    move |e| GpuError::cuda(what, e).into()
 }
 
 impl CudaBackend {
     /// Opens CUDA device `ordinal`, compiles `kernels/llama.cu` and prepares cuBLAS. Weights are
     /// uploaded at the first forward call.
     pub fn new(ordinal: usize) -> Result<Self> {
-        let (ctx, capability) = qkindex_gpu::open_device(ordinal).map_err(gpu_err)?;
-        let device = ctx.name().unwrap_or_else(|_| "unknown".to_string());
-        let ptx = qkindex_gpu::kernels::compile_llama(capability).map_err(gpu_err)?;
-        let module = ctx
-            .load_module(ptx)
-            .map_err(cuda("loading kernels/llama.cu"))?;
-        let f = Kernels::load(&module)?;
-        // SAFETY: probes whether the cuBLAS library loads; no symbol is called.
-        if !unsafe { qkindex_gpu::cudarc::cublas::sys::is_culib_present() } {
-            return Err(gpu_err(GpuError::Unavailable(
+        let (ctx, capability) = runtime::open_device(ordinal)?;
+        let device = runtime::device_name(&ctx);
+        let ptx = qkindex_gpu::kernels::compile_llama(capability)?;
+        let f = Kernels::load(&ctx, ptx)?;
+        if !runtime::cublas_present() {
+            return Err(GpuError::Unavailable(
                 "cuBLAS (libcublas.so.13) is not on the library path".to_string(),
-            )));
+            )
+            .into());
         }
-        let stream = ctx.new_stream().map_err(cuda("creating a stream"))?;
-        let blas = CudaBlas::new(stream.clone()).map_err(|e| {
-            gpu_err(GpuError::Cuda {
-                what: "cuBLAS init",
-                reason: format!("{e:?}"),
-            })
-        })?;
+        let stream = runtime::new_stream(&ctx)?;
+        let blas = runtime::cublas(&stream)?;
         Ok(CudaBackend {
             name: format!("cuda:{ordinal} ({device})"),
             inner: Mutex::new(Inner {
@@ -170,7 +154,7 @@ impl CudaBackend {
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, Inner>> {
         self.inner
             .lock()
-            .map_err(|_| ModelError::Device("a previous GPU call panicked".to_string()))
+            .map_err(|_| ModelError::DeviceState("a previous GPU call panicked".to_string()))
     }
 
     /// [`Llama::forward_with`] on this device (a checked call): uploads the weights on first use,
@@ -189,7 +173,7 @@ impl CudaBackend {
         } = &mut *guard;
         let w = w
             .as_ref()
-            .ok_or_else(|| ModelError::Device("weights not uploaded".into()))?;
+            .ok_or_else(|| ModelError::DeviceState("weights not uploaded".into()))?;
         let hidden = {
             let mut call = CudaCall::new(
                 dev,
@@ -219,7 +203,7 @@ impl CudaBackend {
         let Inner { dev, w, stats, .. } = &mut *guard;
         let w = w
             .as_ref()
-            .ok_or_else(|| ModelError::Device("weights not uploaded".into()))?;
+            .ok_or_else(|| ModelError::DeviceState("weights not uploaded".into()))?;
         let mut call = CudaCall::new(dev, &w.ropes, None, stats, (0, 0), model.cfg.heads())?;
         model.logits_on(&mut call, &w.weights, hidden, timings)
     }

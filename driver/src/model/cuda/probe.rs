@@ -3,8 +3,11 @@
 
 use qkindex_gpu::cudarc::driver::PushKernelArg;
 
-use super::kernels::{cfg1, elapsed, event};
+use qkindex_gpu::runtime::{elapsed_ms, launch_config, record};
+
+use super::kernels::KvView;
 use super::{cuda, CudaBackend};
+use crate::model::backend::Heads;
 use crate::model::error::Result;
 
 impl CudaBackend {
@@ -13,7 +16,6 @@ impl CudaBackend {
     /// `n = 1`, the split decode attention over all keys. Returns the output and the kernel time
     /// (CUDA events, ms). `q` is `n × (n_heads·hd)`; `k`, `v` are `n_kv` blocks of
     /// `keys × hd`.
-    #[allow(clippy::too_many_arguments)]
     pub fn attention_only(
         &self,
         q: &[f32],
@@ -21,44 +23,32 @@ impl CudaBackend {
         v: &[f32],
         n: usize,
         keys: usize,
-        heads: (usize, usize, usize),
+        heads: Heads,
     ) -> Result<(Vec<f32>, f64)> {
         let g = self.lock()?;
-        let (n_heads, n_kv, hd) = heads;
+        let (n_heads, hd) = (heads.n_heads, heads.head_dim);
         let s = &g.dev.stream;
         let qd = s.clone_htod(q).map_err(cuda("upload"))?;
         let kd = s.clone_htod(k).map_err(cuda("upload"))?;
         let vd = s.clone_htod(v).map_err(cuda("upload"))?;
+        let kv = KvView {
+            k: &kd,
+            v: &vd,
+            capacity: keys,
+        };
         let mut out = s
             .alloc_zeros::<f32>(n * n_heads * hd)
             .map_err(cuda("alloc"))?;
         let mut parts = g.dev.alloc_parts(n_heads, keys, hd)?;
-        let e0 = event(s)?;
+        let e0 = record(s)?;
         if n == 1 {
-            g.dev.decode_full(
-                &qd,
-                &kd,
-                &vd,
-                keys,
-                keys,
-                (n_heads, n_kv, hd),
-                &mut parts,
-                &mut out,
-            )?;
+            g.dev
+                .decode_full(&qd, kv, keys, heads, &mut parts, &mut out)?;
         } else {
-            g.dev.causal(
-                &qd,
-                &kd,
-                &vd,
-                n,
-                keys - n,
-                keys,
-                (n_heads, n_kv, hd),
-                &mut out,
-            )?;
+            g.dev.causal(&qd, kv, (n, keys - n), heads, &mut out)?;
         }
-        let e1 = event(s)?;
-        let ms = elapsed(&e0, &e1)?;
+        let e1 = record(s)?;
+        let ms = elapsed_ms(&e0, &e1)?;
         let host = s.clone_dtoh(&out).map_err(cuda("download"))?;
         Ok((host, ms))
     }
@@ -72,10 +62,10 @@ impl CudaBackend {
         v: &[f32],
         keys: usize,
         ids: &[u32],
-        heads: (usize, usize, usize),
+        heads: Heads,
     ) -> Result<Vec<f32>> {
         let g = self.lock()?;
-        let (n_heads, n_kv, hd) = heads;
+        let (n_heads, n_kv, hd) = (heads.n_heads, heads.n_kv_heads, heads.head_dim);
         let per_head = ids.len() / n_heads.max(1);
         let s = &g.dev.stream;
         let qd = s.clone_htod(q).map_err(cuda("upload"))?;
@@ -103,9 +93,10 @@ impl CudaBackend {
             .arg(&mut po);
         // SAFETY: attention_partial_ids(q, k_cache, v_cache, n_heads, n_kv, hd, capacity, scale,
         // ids, ids_per_head, part_m, part_l, part_o): buffers sized as documented in llama.cu.
-        unsafe { b.launch(cfg1(n_heads as u32, 1, 128)) }.map_err(cuda("attention_partial_ids"))?;
+        unsafe { b.launch(launch_config((n_heads as u32, 1), 128, 0)) }
+            .map_err(cuda("attention_partial_ids"))?;
         let mut out = s.alloc_zeros::<f32>(n_heads * hd).map_err(cuda("alloc"))?;
-        g.dev.merge(&pm, &pl, &po, n_heads, 1, hd, &mut out)?;
+        g.dev.merge(&(pm, pl, po), 1, heads, &mut out)?;
         s.clone_dtoh(&out).map_err(cuda("download"))
     }
 }

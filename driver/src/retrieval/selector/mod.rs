@@ -40,11 +40,11 @@ use std::cell::OnceCell;
 use qkindex::scratch::TopK;
 use qkindex::{KnnBackend, SearchStats};
 
+use super::build::Shape;
 use super::ids::{RestId, Split};
 use super::policy::{PolicyConfig, PolicyKind};
 use super::rest::RestIndex;
 use super::stats::RetrievalStats;
-use super::step::Shape;
 use crate::model::ModelError;
 
 /// Picks keys of one (layer, KV head)'s rest for the query heads of its group.
@@ -136,15 +136,13 @@ pub struct HeadPrefill<'a> {
 }
 
 impl<'a> HeadPrefill<'a> {
-    /// The prefill of KV head `kv_head` of `layer` in a model of `shape`: `keys` holds its
-    /// `split.n` keys, `layer_queries` the layer's queries (row-major
-    /// `split.n × (n_heads · head_dim)`; None or any size for policies without an index).
-    #[allow(clippy::too_many_arguments)]
+    /// The prefill of `(layer, kv_head)` in a model of `shape`: `keys` holds its `split.n`
+    /// keys, `layer_queries` the layer's queries (row-major `split.n × (n_heads · head_dim)`;
+    /// None or any size for policies without an index).
     pub fn new(
         cfg: &'a PolicyConfig,
         shape: Shape,
-        layer: usize,
-        kv_head: usize,
+        (layer, kv_head): (usize, usize),
         split: Split,
         keys: &'a [f32],
         layer_queries: Option<&'a [f32]>,
@@ -278,9 +276,9 @@ pub(super) mod testing {
     use qkindex::synth::Rng;
 
     use super::HeadPrefill;
+    use crate::retrieval::build::Shape;
     use crate::retrieval::ids::Split;
     use crate::retrieval::policy::{PolicyConfig, PolicyKind};
-    use crate::retrieval::step::Shape;
 
     /// `kind` with 4 sinks, a `window` and `k` (the selector tests' small splits).
     pub fn small_cfg(kind: PolicyKind, k: usize, window: usize) -> PolicyConfig {
@@ -339,8 +337,7 @@ pub(super) mod testing {
             HeadPrefill::new(
                 &self.cfg,
                 self.shape,
-                0,
-                0,
+                (0, 0),
                 self.split,
                 &self.keys,
                 Some(&self.queries),
