@@ -63,8 +63,57 @@ pub struct Best {
     pub scanned: Option<f64>,
 }
 
+/// Whether a head's sweep brackets a recall target: a figure "at recall R" is what R needs only
+/// when the sweep has a setting below R and one at or above it. Otherwise it is the sweep's
+/// floor (every setting reaches R: the cheapest setting's cost, which may be far above what R
+/// needs) or R is out of its reach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Bracket {
+    /// A setting below the target and one at or above it.
+    Yes,
+    /// Every setting reaches the target: its figures are the sweep's cheapest setting's.
+    Floor,
+    /// No setting reaches the target.
+    Ceiling,
+    /// One setting only (the exact scan): nothing to bracket.
+    Single,
+}
+
+impl Bracket {
+    /// The bracket of `target` by a head's settings (their mean recalls) and how many
+    /// distinct settings they are.
+    pub fn of(recalls: &[f64], settings: usize, target: f64) -> Self {
+        if settings <= 1 {
+            return Bracket::Single;
+        }
+        let below = recalls.iter().any(|&r| r < target);
+        let reach = recalls.iter().any(|&r| r >= target);
+        match (below, reach) {
+            (true, true) => Bracket::Yes,
+            (false, _) => Bracket::Floor,
+            (true, false) => Bracket::Ceiling,
+        }
+    }
+
+    /// A figure taken at the target is not what the target needs.
+    pub fn flagged(self) -> bool {
+        matches!(self, Bracket::Floor | Bracket::Ceiling)
+    }
+
+    /// The per-head table's cell.
+    fn cell(self) -> &'static str {
+        match self {
+            Bracket::Yes => "yes",
+            Bracket::Floor => "**NO: floor**",
+            Bracket::Ceiling => "**NO: ceiling**",
+            Bracket::Single => "single setting",
+        }
+    }
+}
+
 /// Per (index, variant, layer, head, queries, target): the best-QPS and the fewest-scanned
-/// settings reaching the target (null when none does).
+/// settings reaching the target (null when none does), and whether the sweep brackets it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Summary {
     #[serde(rename = "impl")]
@@ -78,6 +127,8 @@ pub struct Summary {
     pub target: f64,
     pub best_qps: Option<Best>,
     pub min_scanned: Option<Best>,
+    /// Whether the head's settings bracket the target (recomputed from the rows on reading).
+    pub bracket: Bracket,
 }
 
 /// A curve of the markdown tables: (impl, index, variant, queries).
@@ -230,11 +281,12 @@ impl BenchReport {
             self.wall_s
         );
         let _ = writeln!(s, "Medians over heads of the fewest keys scanned and the best single-thread QPS among the settings whose mean recall@k reaches the target; QPS ratios are per head, against the same run's exact scan of that head (`own flat`: the implementation's own, `faiss flat`: faiss IndexFlatIP).\n");
+        let _ = writeln!(s, "`not bracketed`: heads whose sweep has no setting below the target (its figures are the cheapest setting's, an upper bound on what the target needs) or none reaching it; they are listed under \"Not bracketed\". {}\n", self.bracket_line());
         for k in self.ks() {
             for &t in &TARGETS {
                 let _ = writeln!(s, "## recall@{k} ≥ {t}\n");
                 let _ = writeln!(s, "{}", MEDIAN_HEADER);
-                let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+                let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
                 for line in median_table(self, k, t) {
                     let _ = writeln!(s, "{line}");
                 }
@@ -242,6 +294,7 @@ impl BenchReport {
             }
             self.quality_table(&mut s, k);
         }
+        self.unbracketed_list(&mut s);
         if !plots.is_empty() {
             let _ = writeln!(s, "## Plots\n");
             for p in plots
@@ -253,8 +306,8 @@ impl BenchReport {
             }
         }
         let _ = writeln!(s, "## Per head (recall ≥ 0.95: fewest scanned, best QPS)\n");
-        let _ = writeln!(s, "| impl | index | variant | k | layer | head | queries | min scanned | params | best QPS | params |");
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "| impl | index | variant | k | layer | head | queries | bracketed | min scanned | params | best QPS | params |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
         for x in self.summary.iter().filter(|x| x.target == 0.95) {
             let (ms, mp) = x
                 .min_scanned
@@ -267,7 +320,7 @@ impl BenchReport {
             });
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 x.implementation,
                 x.index,
                 x.variant,
@@ -275,6 +328,7 @@ impl BenchReport {
                 x.layer,
                 x.head,
                 x.queries,
+                x.bracket.cell(),
                 ms,
                 mp,
                 bq,
@@ -282,6 +336,69 @@ impl BenchReport {
             );
         }
         s
+    }
+
+    /// Summaries whose sweep does not bracket their target.
+    pub fn unbracketed(&self) -> impl Iterator<Item = &Summary> {
+        self.summary.iter().filter(|x| x.bracket.flagged())
+    }
+
+    /// One sentence: how many (head, kind, target) figures are not bracketed.
+    pub fn bracket_line(&self) -> String {
+        let swept = self
+            .summary
+            .iter()
+            .filter(|x| x.bracket != Bracket::Single)
+            .count();
+        let n = self.unbracketed().count();
+        if n == 0 {
+            format!("Every sweep brackets every target ({swept} head × kind × target figures).")
+        } else {
+            format!("**{n} of {swept} head × kind × target figures are not bracketed.**")
+        }
+    }
+
+    /// The "Not bracketed" section: every flagged (series, head, target), or a line saying
+    /// there is none.
+    fn unbracketed_list(&self, s: &mut String) {
+        let _ = writeln!(s, "## Not bracketed\n");
+        if self.unbracketed().next().is_none() {
+            let _ = writeln!(
+                s,
+                "None: every head's sweep has a setting below each target and one reaching it.\n"
+            );
+            return;
+        }
+        let _ = writeln!(s, "`floor`: every setting reaches the target (the figure is the cheapest setting's); `ceiling`: none reaches it.\n");
+        let _ = writeln!(
+            s,
+            "| impl | index | variant | queries | k | target | layer | head | why | recall range |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+        for x in self.unbracketed() {
+            let recalls = self.rows.iter().filter(|r| {
+                r.k == x.k
+                    && r.implementation == x.implementation
+                    && r.index == x.index
+                    && r.variant == x.variant
+                    && r.layer == x.layer
+                    && r.head == x.head
+                    && r.queries == x.queries
+            });
+            let (lo, hi) = recalls.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), r| {
+                (lo.min(r.recall), hi.max(r.recall))
+            });
+            let why = match x.bracket {
+                Bracket::Floor => "floor",
+                _ => "ceiling",
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {why} | {lo:.4} – {hi:.4} |",
+                x.implementation, x.index, x.variant, x.queries, x.k, x.target, x.layer, x.head
+            );
+        }
+        let _ = writeln!(s);
     }
 
     /// Attention quality and cost at each index's fewest-scanned 0.95 setting, medians over heads.
@@ -330,7 +447,7 @@ impl BenchReport {
     }
 }
 
-const MEDIAN_HEADER: &str = "| impl | index | variant | queries | heads reaching | median min scanned | max min scanned | median best QPS | median QPS / own flat | median QPS / faiss flat |";
+const MEDIAN_HEADER: &str = "| impl | index | variant | queries | heads reaching | not bracketed | median min scanned | max min scanned | median best QPS | median QPS / own flat | median QPS / faiss flat |";
 
 /// The median of `v` with `p` decimals, "—" when `v` is empty.
 fn median_or_dash(v: &mut [f64], p: usize) -> String {
@@ -376,6 +493,10 @@ fn summarize(rows: &[Row]) -> Vec<Summary> {
                 qps: r.qps,
                 scanned: r.scanned,
             };
+            let recalls: Vec<f64> = rs.iter().map(|r| r.recall).collect();
+            let mut settings: Vec<String> = rs.iter().map(|r| r.params.to_string()).collect();
+            settings.sort_unstable();
+            settings.dedup();
             out.push(Summary {
                 implementation: implementation.clone(),
                 index: index.clone(),
@@ -399,6 +520,7 @@ fn summarize(rows: &[Row]) -> Vec<Summary> {
                             .total_cmp(&b.scanned.unwrap_or(f64::INFINITY))
                     })
                     .map(|r| best(r)),
+                bracket: Bracket::of(&recalls, settings.len(), target),
             });
         }
     }
@@ -449,10 +571,16 @@ fn median_table(report: &BenchReport, k: usize, target: f64) -> Vec<String> {
                 .collect()
         };
         let (mut own_r, mut faiss_r) = (ratio(&own), ratio(&faiss));
+        let flagged = ss.iter().filter(|s| s.bracket.flagged()).count();
         lines.push(format!(
-            "| {imp} | {index} | {variant} | {queries} | {}/{} | {} | {} | {} | {} | {} |",
+            "| {imp} | {index} | {variant} | {queries} | {}/{} | {} | {} | {} | {} | {} | {} |",
             reached.len(),
             ss.len(),
+            if flagged == 0 {
+                "0".to_string()
+            } else {
+                format!("**{flagged}**")
+            },
             median_or_dash(&mut scanned, 4),
             if max_scanned.is_nan() {
                 "—".to_string()
@@ -476,6 +604,21 @@ pub fn print_summary(report: &BenchReport) {
                 eprintln!("{line}");
             }
         }
+    }
+    eprintln!("\n{}", report.bracket_line().replace("**", ""));
+    for x in report.unbracketed() {
+        eprintln!(
+            "  not bracketed: {} {} {} {} k={} L{} h{} at {} ({:?})",
+            x.implementation,
+            x.index,
+            x.variant,
+            x.queries,
+            x.k,
+            x.layer,
+            x.head,
+            x.target,
+            x.bracket
+        );
     }
 }
 
@@ -572,5 +715,115 @@ mod tests {
         );
         assert_eq!(csv_field("a\"b"), "\"a\"\"b\"");
         assert_eq!(csv_field("two\nlines"), "\"two\nlines\"");
+    }
+}
+
+#[cfg(test)]
+mod bracket_tests {
+    use super::*;
+
+    fn row(index: &str, head: usize, ef: usize, recall: f64, scanned: f64) -> Row {
+        Row {
+            index: index.into(),
+            variant: String::new(),
+            implementation: "qkindex".into(),
+            k: 100,
+            layer: 9,
+            head,
+            queries: "q2k".into(),
+            params: serde_json::json!({ "ef": ef }),
+            recall,
+            scanned: Some(scanned),
+            distance_computations: None,
+            code_estimates: None,
+            qps: 1000.0,
+            latency_us: Latency::default(),
+            build_s: serde_json::Value::Null,
+            bytes_per_key: None,
+            mass_ratio: None,
+            output_cosine: None,
+        }
+    }
+
+    fn bracket(r: &BenchReport, index: &str, head: usize, target: f64) -> Bracket {
+        r.summary
+            .iter()
+            .find(|s| s.index == index && s.head == head && s.target == target)
+            .map(|s| s.bracket)
+            .expect("a summary")
+    }
+
+    #[test]
+    fn the_report_flags_heads_whose_sweep_does_not_bracket_the_target() {
+        let rows = vec![
+            // Head 0: the cheapest setting already reaches 0.95 (its figure is the floor), and
+            // nothing reaches 0.99.
+            row("attention", 0, 100, 0.97, 0.08),
+            row("attention", 0, 200, 0.98, 0.12),
+            // Head 1: below and above every target.
+            row("attention", 1, 50, 0.85, 0.04),
+            row("attention", 1, 100, 0.96, 0.07),
+            row("attention", 1, 200, 0.995, 0.11),
+            // The exact scan: one setting, nothing to bracket.
+            row("flat", 0, 0, 1.0, 1.0),
+        ];
+        let r = BenchReport::new(Path::new("dump"), 100, "wall", rows, 1.0);
+        assert_eq!(bracket(&r, "attention", 0, 0.90), Bracket::Floor);
+        assert_eq!(bracket(&r, "attention", 0, 0.95), Bracket::Floor);
+        assert_eq!(bracket(&r, "attention", 0, 0.99), Bracket::Ceiling);
+        for t in TARGETS {
+            assert_eq!(bracket(&r, "attention", 1, t), Bracket::Yes);
+            assert_eq!(bracket(&r, "flat", 0, t), Bracket::Single);
+        }
+        assert_eq!(r.unbracketed().count(), 3);
+        assert!(r
+            .unbracketed()
+            .all(|s| s.head == 0 && s.index == "attention"));
+        assert!(r.bracket_line().contains("3 of 6"), "{}", r.bracket_line());
+
+        let md = r.markdown(&[], Path::new("."));
+        // The count in each target's median table, the per-head flag, the list.
+        assert!(
+            md.contains("| qkindex | attention |  | q2k | 2/2 | **1** | 0.0750 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| qkindex | attention |  | q2k | 1/2 | **1** | 0.1100 |"),
+            "{md}"
+        );
+        assert!(md.contains("| qkindex | flat |  | q2k | 1/1 | 0 |"), "{md}");
+        assert!(
+            md.contains("| 9 | 0 | q2k | **NO: floor** | 0.0800 |"),
+            "{md}"
+        );
+        assert!(md.contains("| 9 | 1 | q2k | yes | 0.0700 |"), "{md}");
+        assert!(
+            md.contains(
+                "| qkindex | attention |  | q2k | 100 | 0.95 | 9 | 0 | floor | 0.9700 – 0.9800 |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| qkindex | attention |  | q2k | 100 | 0.99 | 9 | 0 | ceiling |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn a_bracketing_sweep_is_not_flagged() {
+        let rows = vec![
+            row("attention", 0, 60, 0.80, 0.05),
+            row("attention", 0, 100, 0.97, 0.08),
+            row("attention", 0, 300, 0.992, 0.2),
+        ];
+        let r = BenchReport::new(Path::new("dump"), 100, "wall", rows, 1.0);
+        assert_eq!(r.unbracketed().count(), 0);
+        let md = r.markdown(&[], Path::new("."));
+        assert!(md.contains("None: every head's sweep"), "{md}");
+        assert!(!md.contains("**NO"), "{md}");
+        assert!(
+            md.contains("| qkindex | attention |  | q2k | 1/1 | 0 | 0.0800 |"),
+            "{md}"
+        );
     }
 }

@@ -133,6 +133,107 @@ impl Sweep {
         }
     }
 
+    /// Settings to measure next so that a head's sweep brackets every target: when its
+    /// cheapest setting already reaches the lowest target, one cheaper setting; when its
+    /// costliest misses the highest, one costlier. Empty when the measured settings (with their
+    /// mean recalls) bracket every target, or when the kind's limits stop the sweep: beam width
+    /// 1, `nprobe` 1 and the re-rank's `k` candidates below; `ef` and candidates at `n` keys,
+    /// `nprobe` at `nlist` above. Steps are about 20 % of the setting, as in the default grid.
+    pub fn extend(
+        self,
+        measured: &[(SearchParams, f64)],
+        targets: &[f64],
+        k: usize,
+        n: usize,
+    ) -> Vec<SearchParams> {
+        let (Some(lo), Some(hi)) = (
+            targets.iter().copied().reduce(f64::min),
+            targets.iter().copied().reduce(f64::max),
+        ) else {
+            return Vec::new();
+        };
+        if measured.is_empty() {
+            return Vec::new();
+        }
+        let min_recall = measured.iter().map(|m| m.1).fold(f64::INFINITY, f64::min);
+        let max_recall = measured
+            .iter()
+            .map(|m| m.1)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let mut out = Vec::new();
+        let order = |p: &SearchParams| self.cost(p);
+        if min_recall >= lo {
+            let cheapest = measured.iter().map(|m| &m.0).min_by_key(|p| order(p));
+            if let Some(p) = cheapest.and_then(|p| self.step(p, false, k, n)) {
+                out.push(p);
+            }
+        }
+        if max_recall < hi {
+            let costliest = measured.iter().map(|m| &m.0).max_by_key(|p| order(p));
+            if let Some(p) = costliest.and_then(|p| self.step(p, true, k, n)) {
+                out.push(p);
+            }
+        }
+        out.retain(|p| !measured.iter().any(|m| m.0 == *p));
+        out
+    }
+
+    /// A setting's place in the sweep's order, cheapest first: (lists probed, width) where
+    /// the width is the beam width below `ef = k` and `ef` otherwise.
+    fn cost(self, p: &SearchParams) -> (usize, usize) {
+        let width = p.beam.or(p.ef).unwrap_or(0);
+        match self {
+            Sweep::Nprobe { .. } => (p.nprobe.unwrap_or(0), 0),
+            Sweep::NprobeRerank { .. } => (p.nprobe.unwrap_or(0), p.ef.unwrap_or(0)),
+            _ => (0, width),
+        }
+    }
+
+    /// The next setting beyond `p` (costlier when `up`), or none at the kind's limit.
+    fn step(self, p: &SearchParams, up: bool, k: usize, n: usize) -> Option<SearchParams> {
+        // About 20 % per step, and at least one.
+        let next = |v: usize, floor: usize, ceil: usize| -> Option<usize> {
+            let v2 = if up {
+                (v + 1).max(v * 5 / 4).min(ceil)
+            } else {
+                v.saturating_sub(1).min(v * 4 / 5).max(floor)
+            };
+            (v2 != v && (floor..=ceil).contains(&v2)).then_some(v2)
+        };
+        match self {
+            Sweep::Single => None,
+            Sweep::Ef => {
+                let width = next(p.beam.or(p.ef)?, 1, n.max(k))?;
+                Some(if width >= k {
+                    SearchParams::with_ef(width)
+                } else {
+                    SearchParams {
+                        ef: Some(k),
+                        beam: Some(width),
+                        ..Default::default()
+                    }
+                })
+            }
+            Sweep::Rerank => Some(SearchParams::with_ef(next(p.ef?, k, n.max(k))?)),
+            Sweep::Nprobe { nlist } => {
+                Some(SearchParams::with_nprobe(next(p.nprobe?, 1, nlist.max(1))?))
+            }
+            Sweep::NprobeRerank { nlist } => {
+                // Lists first (the larger part of the cost), then candidates.
+                match next(p.nprobe?, 1, nlist.max(1)) {
+                    Some(nprobe) => Some(SearchParams {
+                        nprobe: Some(nprobe),
+                        ..*p
+                    }),
+                    None => Some(SearchParams {
+                        ef: Some(next(p.ef?, k, n.max(k))?),
+                        ..*p
+                    }),
+                }
+            }
+        }
+    }
+
     /// The sweep of an index kind.
     fn of(index: &AnyIndex) -> Self {
         match index {
@@ -308,5 +409,128 @@ mod tests {
         let bad = expand(&["attention,nope".to_string()]).expect_err("unknown kind");
         assert!(bad.to_string().contains("nope"), "{bad}");
         assert!(expand(&["attention:degree=0".to_string()]).is_err());
+    }
+}
+
+#[cfg(test)]
+mod bracket_tests {
+    use super::*;
+    use crate::report::{Bracket, TARGETS};
+
+    /// Runs a grid and its extensions against a recall curve of the setting; the settings
+    /// measured and their recalls.
+    fn sweep(
+        sweep: Sweep,
+        grid: Vec<SearchParams>,
+        k: usize,
+        n: usize,
+        recall: impl Fn(&SearchParams) -> f64,
+    ) -> Vec<(SearchParams, f64)> {
+        let mut measured: Vec<(SearchParams, f64)> =
+            grid.into_iter().map(|p| (p, recall(&p))).collect();
+        for _ in 0..100 {
+            let next = sweep.extend(&measured, &TARGETS, k, n);
+            if next.is_empty() {
+                return measured;
+            }
+            measured.extend(next.into_iter().map(|p| (p, recall(&p))));
+        }
+        panic!("the sweep did not stop: {measured:?}");
+    }
+
+    fn brackets(measured: &[(SearchParams, f64)]) -> Vec<Bracket> {
+        let recalls: Vec<f64> = measured.iter().map(|m| m.1).collect();
+        TARGETS
+            .iter()
+            .map(|&t| Bracket::of(&recalls, measured.len(), t))
+            .collect()
+    }
+
+    /// A graph whose recall grows with the beam or list width `w`: 1 − 8 / w.
+    fn graph_recall(p: &SearchParams) -> f64 {
+        let w = p.beam.or(p.ef).unwrap_or(1) as f64;
+        (1.0 - 8.0 / w).max(0.0)
+    }
+
+    #[test]
+    fn an_ef_grid_is_extended_down_and_up_until_it_brackets() {
+        // CI's grid: 128 and 256 both reach 0.90 and neither reaches 0.99 (w = 2000 does).
+        let grid = vec![SearchParams::with_ef(128), SearchParams::with_ef(256)];
+        let m = sweep(Sweep::Ef, grid, 100, 8000, graph_recall);
+        assert_eq!(brackets(&m), [Bracket::Yes; 3], "{m:?}");
+        // Below ef = k the width is a beam with a list of k.
+        assert!(m
+            .iter()
+            .any(|(p, r)| p.ef == Some(100) && p.beam.is_some_and(|b| b < 100) && *r < 0.90));
+        assert!(m
+            .iter()
+            .any(|(p, r)| p.ef.is_some_and(|e| e > 256) && *r >= 0.99));
+        // A bracketing grid gets nothing.
+        let beam50 = SearchParams {
+            ef: Some(100),
+            beam: Some(50),
+            ..Default::default()
+        };
+        let grid = [beam50, SearchParams::with_ef(4000)];
+        assert!(Sweep::Ef
+            .extend(
+                &grid
+                    .iter()
+                    .map(|p| (*p, graph_recall(p)))
+                    .collect::<Vec<_>>(),
+                &TARGETS,
+                100,
+                8000
+            )
+            .is_empty());
+    }
+
+    #[test]
+    fn the_kinds_limits_stop_a_sweep_that_cannot_bracket() {
+        // Recall 1 everywhere: down to beam 1, then stop (flagged as the floor).
+        let m = sweep(
+            Sweep::Ef,
+            vec![SearchParams::with_ef(64)],
+            100,
+            8000,
+            |_| 1.0,
+        );
+        assert!(m.iter().any(|(p, _)| p.beam == Some(1)), "{m:?}");
+        assert_eq!(brackets(&m), [Bracket::Floor; 3]);
+        // Never above 0.5: up to ef = n, then stop.
+        let m = sweep(
+            Sweep::Ef,
+            vec![SearchParams::with_ef(64)],
+            100,
+            3000,
+            |_| 0.5,
+        );
+        assert!(m.iter().any(|(p, _)| p.ef == Some(3000)), "{m:?}");
+        assert!(m.iter().all(|(p, _)| p.ef.is_some_and(|e| e <= 3000)));
+        assert_eq!(brackets(&m), [Bracket::Ceiling; 3]);
+        // IVF: nprobe within 1..=nlist.
+        let m = sweep(
+            Sweep::Nprobe { nlist: 40 },
+            vec![SearchParams::with_nprobe(8)],
+            100,
+            8000,
+            |p| p.nprobe.map_or(0.0, |np| np as f64 / 40.0),
+        );
+        assert_eq!(brackets(&m), [Bracket::Yes; 3], "{m:?}");
+        assert!(m.iter().any(|(p, _)| p.nprobe == Some(40)));
+        // Codes: candidates never below k.
+        let m = sweep(
+            Sweep::Rerank,
+            vec![SearchParams::with_ef(200)],
+            100,
+            8000,
+            |_| 0.999,
+        );
+        assert!(
+            m.iter().all(|(p, _)| p.ef.is_some_and(|e| e >= 100)),
+            "{m:?}"
+        );
+        assert!(m.iter().any(|(p, _)| p.ef == Some(100)));
+        assert_eq!(brackets(&m), [Bracket::Floor; 3]);
     }
 }

@@ -55,6 +55,13 @@ pub struct BenchArgs {
         default_value = "1,2,4,6,8,12,16,24,32,48,64,96,128"
     )]
     pub nprobe: Vec<usize>,
+    /// Measure exactly the `--ef` / `--nprobe` settings. By default each head's sweep is
+    /// extended (cheaper settings below the cheapest, costlier above the costliest, about 20 %
+    /// a step) until it brackets every recall target of the report (0.90, 0.95, 0.99): a
+    /// setting below the target and one reaching it, so that "scanned at recall R" is what R
+    /// needs, not the sweep's floor. The report flags the heads where it could not.
+    #[arg(long)]
+    pub no_bracket: bool,
     /// Timed passes over each query set (QPS from the median pass).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
@@ -83,6 +90,11 @@ pub struct BenchArgs {
     #[arg(long)]
     pub cache: Option<PathBuf>,
 }
+
+/// Settings a head's sweep may add, per index, k and query set, to bracket the recall targets
+/// (beyond what the kinds' own limits allow: the steps are about 20 %, so this is a factor of
+/// more than 10^4 either way from the grid's ends).
+const MAX_EXTENSIONS: usize = 48;
 
 /// One query set of a head: row-major queries and their exact top-k.
 struct QuerySet {
@@ -188,9 +200,14 @@ pub fn run(args: BenchArgs, devices: &Devices) -> Result<()> {
                 };
                 let bytes_per_key = built.index.memory_bytes() as f64 / n as f64;
                 for (&k, set) in args.k.iter().flat_map(|k| sets.iter().map(move |s| (k, s))) {
-                    for params in &built.sweep.params(&args, k) {
+                    // Popped from the end: the grid's settings in their order, then extensions.
+                    let mut todo = built.sweep.params(&args, k);
+                    todo.reverse();
+                    let mut measured: Vec<(SearchParams, f64)> = Vec::new();
+                    let mut extensions = 0;
+                    while let Some(params) = todo.pop() {
                         let mut row =
-                            measure(built.index.as_dyn(), set, params, k, &args, values, d)?;
+                            measure(built.index.as_dyn(), set, &params, k, &args, values, d)?;
                         row.bytes_per_key = Some(bytes_per_key);
                         row.index = built.index_name.clone();
                         row.variant = built.variant.clone();
@@ -201,7 +218,16 @@ pub fn run(args: BenchArgs, devices: &Devices) -> Result<()> {
                             "  {:<10} {:<17} L{layer:02} h{h} {} k={k:<4} {:<12} recall {:.4} scanned {:.4} qps {:>9.0}",
                             row.index, row.variant, row.queries, report::params_str(&row.params), row.recall, row.scanned.unwrap_or(f64::NAN), row.qps
                         );
+                        measured.push((params, row.recall));
                         rows.push(row);
+                        if todo.is_empty() && !args.no_bracket && extensions < MAX_EXTENSIONS {
+                            todo = built.sweep.extend(&measured, &report::TARGETS, k, n);
+                            extensions += todo.len();
+                            for p in &todo {
+                                let p = report::params_str(&report::params_json(p));
+                                eprintln!("  L{layer:02} h{h} {} k={k}: bracketing the recall targets, adding {p}", set.name);
+                            }
+                        }
                     }
                 }
                 if !pooled {
