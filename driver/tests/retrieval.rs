@@ -11,10 +11,12 @@ use qkindex_driver::devices::Devices;
 use qkindex_driver::model::{find_default_model, Model};
 use qkindex_driver::retrieval::{PolicyConfig, PolicyKind};
 
+#[path = "../../tests/support/skip.rs"]
+mod skip;
+
 fn model() -> Option<Model> {
     let Some(path) = find_default_model() else {
-        assert!(std::env::var_os("CI").is_none(), "CI: no model in models/");
-        println!("SKIP: no model in models/ (run scripts/get-model.sh)");
+        skip::skip_unless_ci("no model in models/ (run scripts/get-model.sh)");
         return None;
     };
     Some(Model::load(&path, None, &Devices::cpu()).expect("the default model loads"))
