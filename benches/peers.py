@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Peer benchmark: faiss and hnswlib on a qkindex dump, timed the way `qkindex bench` times.
 
-For every selected (layer, query head) of a dump directory (DESIGN.md section 4) this script
+For every selected (layer, query head) of a dump directory (docs/DESIGN.md section 4) this script
 
   * takes the keys of the head's KV head (h // (n_q_heads // n_kv_heads)), float16 -> float32,
   * takes the query sets  q2k = the head's decode queries (layerLL.qdec.npy)
                           k2k = its KV head's decode / held-out keys (layerLL.kdec.npy),
   * computes the exact top-k by inner product (float32 numpy matmul + argpartition),
   * builds each peer index once per (layer, KV head) and searches it over a parameter grid,
-  * writes rows in the `qkindex-bench/1` schema (DESIGN.md section 4), prints a table and the
+  * writes rows in the `qkindex-bench/1` schema (docs/DESIGN.md section 4), prints a table and the
     smallest `scanned` / best QPS that reach mean recall@k >= 0.90 / 0.95 / 0.99.
 
 Peer kinds (--kinds):
@@ -115,7 +115,7 @@ def cpu_name():
 
 # ----------------------------------------------------------------------------- dump reading
 class Dump:
-    """Reads the dump layout of DESIGN.md section 4 (only what the peers need)."""
+    """Reads the dump layout of docs/DESIGN.md section 4 (only what the peers need)."""
 
     def __init__(self, path):
         self.path = path

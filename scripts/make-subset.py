@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cut the bundled real subset out of a full SmolLM2 dump (DESIGN.md section 4 layout).
+"""Cut the bundled real subset out of a full SmolLM2 dump (docs/DESIGN.md section 4 layout).
 
 Keeps the given layers and one GQA group (one KV head and the query heads that read it), so
 that a fresh clone has real attention vectors for tests, examples and the README's first

@@ -13,7 +13,10 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "qkindex",
     version,
-    about = "Attention-aware nearest-neighbour search over transformer keys"
+    about = "Attention-aware nearest-neighbour search over transformer keys",
+    after_help = "Design, definitions and formats: docs/DESIGN.md and docs/FORMAT.md in the \
+                  repository. An error prints its chain of causes; QKINDEX_DEBUG=1 prints \
+                  anyhow's report instead, with the backtrace where RUST_BACKTRACE=1 is set."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -51,7 +54,7 @@ enum Command {
     Generate(cmd::generate::GenerateArgs),
     /// Teacher-forced perplexity of a text file.
     Ppl(cmd::ppl::PplArgs),
-    /// Run a prompt and greedy decode steps; write q/k/v of chosen layers as a dump (DESIGN.md §4).
+    /// Run a prompt and greedy decode steps; write q/k/v of chosen layers as a dump (docs/DESIGN.md §4).
     Dump(cmd::dump::DumpArgs),
     /// Build indexes from a dump and write them as a bundle (keys once per KV head).
     Build(cmd::build::BuildArgs),
@@ -65,7 +68,44 @@ fn parse_device(s: &str) -> Result<qkindex_gpu::Device, String> {
     s.parse().map_err(|e: qkindex_gpu::GpuError| e.to_string())
 }
 
-fn main() -> anyhow::Result<()> {
+/// Set (to anything but `0`) to print an error as anyhow formats it for developers, with the
+/// backtrace where `RUST_BACKTRACE=1` is set, instead of only its chain of causes.
+const DEBUG_ENV: &str = "QKINDEX_DEBUG";
+
+/// Runs the command; an error prints as its chain of causes (`error: ...`, then `caused by: ...`,
+/// each cause once), exit status 1. A user error is not a crash: no backtrace even where
+/// `RUST_BACKTRACE=1` is set, unless `QKINDEX_DEBUG` asks for it.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            let debug = std::env::var_os(DEBUG_ENV).is_some_and(|v| v != "0");
+            eprint!("{}", error_report(&e, debug));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The text printed for a failed command: the error, then each cause that adds something (a
+/// cause whose text the line above already ends with is left out, so no line repeats); with
+/// `debug`, anyhow's own report (every cause, and the backtrace when one was captured).
+fn error_report(e: &anyhow::Error, debug: bool) -> String {
+    if debug {
+        return format!("Error: {e:?}\n");
+    }
+    let mut out = format!("error: {e}\n");
+    let mut above = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !above.ends_with(&text) {
+            out.push_str(&format!("caused by: {text}\n"));
+        }
+        above = text;
+    }
+    out
+}
+
+fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let devices = qkindex_driver::devices::Devices::from_flag(cli.device);
     match cli.command {
@@ -84,5 +124,26 @@ fn main() -> anyhow::Result<()> {
         Command::Build(args) => cmd::build::run(args, &devices),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Verify(args) => cmd::verify::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_report;
+    use anyhow::Context;
+
+    #[test]
+    fn the_report_is_the_chain_without_repeats() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory");
+        let Err(e) = Err::<(), _>(io)
+            .context("reading /x/manifest.json: No such file or directory")
+            .context("opening the dump /x")
+        else {
+            unreachable!("an Err stays an Err")
+        };
+        assert_eq!(
+            error_report(&e, false),
+            "error: opening the dump /x\ncaused by: reading /x/manifest.json: No such file or directory\n"
+        );
     }
 }

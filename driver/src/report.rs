@@ -1,5 +1,5 @@
 //! Benchmark rows, summaries and their JSON / CSV / markdown forms (schema `qkindex-bench/1`,
-//! DESIGN.md §4).
+//! docs/DESIGN.md §4).
 
 use anyhow::{Context, Result};
 use qkindex::SearchParams;

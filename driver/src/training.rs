@@ -10,7 +10,7 @@ use std::path::PathBuf;
 /// The dump flags of `qkindex bench` and `qkindex build`.
 #[derive(Debug, Args)]
 pub struct DumpInput {
-    /// Dump directory (DESIGN.md §4 layout).
+    /// Dump directory (docs/DESIGN.md §4 layout).
     #[arg(long)]
     pub dump: PathBuf,
     /// Model layer numbers (default: all layers of the dump).

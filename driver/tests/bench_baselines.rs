@@ -1,5 +1,5 @@
 //! `qkindex bench` runs the baseline kinds (IVF, Vamana, RobustVamana) on the committed real
-//! subset (`data/smollm2-8k-subset`) and labels their rows as DESIGN.md §4 says; a budget that
+//! subset (`data/smollm2-8k-subset`) and labels their rows as docs/DESIGN.md §4 says; a budget that
 //! covers every key (nprobe = nlist, ef = n) gives recall 1.
 
 use std::path::PathBuf;

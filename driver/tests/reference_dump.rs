@@ -1,10 +1,12 @@
-//! Correctness against the real reference dump `../shared/data/smollm2-public-8k` (DESIGN.md §4):
+//! Correctness against the real reference dump `smollm2-public-8k` (the dump layout of
+//! docs/DESIGN.md, "Dumps"), data outside the repository:
 //! post-RoPE q and k of layers 2, 9, 16, 23, 29 within 2e-3 relative Frobenius error, the tokenizer
 //! reproducing `prompt_ids.npy` from `prompt.txt`, and (ignored by default: minutes in a debug build)
 //! the full 8,128-token prompt with its 65 greedy tokens.
 //!
-//! Skips, saying why, when the dump (a sibling `../shared` of the repository) or the model
-//! (`models/`, from `scripts/get-model.sh`) is absent.
+//! Opt-in: runs where `QKINDEX_SHARED_DATA` names the directory holding the dump (e.g.
+//! `../shared/data`; CI sets it), and records a skip otherwise (`tests/support/skip.rs`). Without
+//! the model (`models/`, from `scripts/get-model.sh`) it records a skip too, or fails under CI.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,6 +14,9 @@ use std::path::{Path, PathBuf};
 use qkindex_driver::model::{
     argmax, LayerCapture, Model, ModelDevice, Timings, DEFAULT_MODEL_FILE,
 };
+
+#[path = "../../tests/support/skip.rs"]
+mod skip;
 
 const LAYERS: [usize; 5] = [2, 9, 16, 23, 29];
 const TOLERANCE: f64 = 2e-3;
@@ -22,20 +27,13 @@ const STEPS: usize = 8;
 
 fn fixtures() -> Option<(PathBuf, PathBuf)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let dump = root.join("../shared/data/smollm2-public-8k");
+    let dump = skip::shared_data("smollm2-public-8k")?;
     let model = root.join("models").join(DEFAULT_MODEL_FILE);
-    let ci = std::env::var_os("CI").is_some();
-    if !dump.join("manifest.json").is_file() {
-        assert!(!ci, "CI: reference dump missing at {}", dump.display());
-        println!("SKIP: reference dump not found at {}", dump.display());
-        return None;
-    }
     if !model.is_file() {
-        assert!(!ci, "CI: model missing at {}", model.display());
-        println!(
-            "SKIP: model not found at {} (run scripts/get-model.sh)",
+        skip::skip_unless_ci(&format!(
+            "model not found at {} (run scripts/get-model.sh)",
             model.display()
-        );
+        ));
         return None;
     }
     Some((model, dump))

@@ -10,10 +10,12 @@ use qkindex_driver::decode::{prefill, Decoder};
 use qkindex_driver::model::{find_default_model, Model, ModelDevice};
 use qkindex_driver::retrieval::{PolicyConfig, PolicyKind};
 
+#[path = "../../tests/support/skip.rs"]
+mod skip;
+
 fn model() -> Option<Model> {
     let Some(path) = find_default_model() else {
-        assert!(std::env::var_os("CI").is_none(), "CI: no model in models/");
-        println!("SKIP: no model in models/ (run scripts/get-model.sh)");
+        skip::skip_unless_ci("no model in models/ (run scripts/get-model.sh)");
         return None;
     };
     Some(Model::load(&path, None, ModelDevice::Cpu).expect("the default model loads"))

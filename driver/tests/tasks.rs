@@ -6,6 +6,9 @@ use std::process::Command;
 
 use qkindex_driver::model::find_default_model;
 
+#[path = "../../tests/support/skip.rs"]
+mod skip;
+
 fn qkindex(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_qkindex"))
         .args(args)
@@ -16,8 +19,7 @@ fn qkindex(args: &[&str]) -> std::process::Output {
 #[test]
 fn tasks_on_smollm2_writes_the_report() {
     let Some(model) = find_default_model() else {
-        assert!(std::env::var_os("CI").is_none(), "CI: no model in models/");
-        println!("SKIP: no model in models/ (run scripts/get-model.sh)");
+        skip::skip_unless_ci("no model in models/ (run scripts/get-model.sh)");
         return;
     };
     let out = std::env::temp_dir().join(format!("qkindex-tasks-test-{}", std::process::id()));

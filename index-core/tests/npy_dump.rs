@@ -7,6 +7,9 @@ use qkindex::npy;
 use qkindex::Error;
 use std::path::{Path, PathBuf};
 
+#[path = "../../tests/support/skip.rs"]
+mod skip;
+
 /// A fresh directory under the system temp dir, removed on drop.
 struct TempDir(PathBuf);
 
@@ -430,16 +433,10 @@ fn tensors_of_the_wrong_shape_are_errors_naming_the_file() {
 
 #[test]
 fn public_smollm2_dump_when_present() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/smollm2-public-8k");
-    if !dir.join("manifest.json").is_file() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI: {} missing",
-            dir.display()
-        );
-        eprintln!("SKIP: {} not present", dir.display());
+    // Data outside the repository: opt-in through QKINDEX_SHARED_DATA (CI sets it).
+    let Some(dir) = skip::shared_data("smollm2-public-8k") else {
         return;
-    }
+    };
     let dump = Dump::open(&dir).expect("open public dump");
     let m = &dump.manifest;
     assert_eq!((m.head_dim, m.n_q_heads, m.n_kv_heads), (64, 9, 3));

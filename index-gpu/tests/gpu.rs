@@ -7,6 +7,9 @@ use qkindex_gpu::{compare, CudaKnn, CudaKnnOptions, GpuError, KernelPath};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+#[path = "../../tests/support/skip.rs"]
+mod skip;
+
 fn gpu(path: KernelPath, rescore: bool) -> Option<CudaKnn> {
     match CudaKnn::new(0) {
         Ok(g) => Some(g.with_options(CudaKnnOptions {
@@ -19,7 +22,7 @@ fn gpu(path: KernelPath, rescore: bool) -> Option<CudaKnn> {
                 matches!(e, GpuError::Unavailable(_)),
                 "not a clean skip: {e}"
             );
-            println!("skipped: {e}");
+            skip::skip(&e.to_string());
             None
         }
     }
@@ -35,7 +38,7 @@ fn random(rows: usize, d: usize, seed: u64) -> Vec<f32> {
 fn check(path: KernelPath, m: usize, n: usize, d: usize, k: usize, causal: bool) {
     let Some(g) = gpu(path, true) else { return };
     if path == KernelPath::Gemm && !g.has_cublas() {
-        println!("skipped: cuBLAS is not on the library path");
+        skip::skip("cuBLAS is not on the library path");
         return;
     }
     let q = random(m, d, 1);

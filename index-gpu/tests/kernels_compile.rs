@@ -6,6 +6,9 @@ use qkindex_gpu::kernels::{
     compile_llama, compile_topk, nvrtc_present, LLAMA_FUNCTIONS, TOPK_FUNCTIONS,
 };
 
+#[path = "../../tests/support/skip.rs"]
+mod skip;
+
 #[test]
 fn topk_kernels_compile_to_ptx() {
     if !nvrtc_present() {
@@ -14,7 +17,9 @@ fn topk_kernels_compile_to_ptx() {
             !required,
             "QKINDEX_REQUIRE_NVRTC=1 but libnvrtc.so.13 is not on LD_LIBRARY_PATH"
         );
-        println!("skipped: libnvrtc.so.13 is not on the library path (set QKINDEX_REQUIRE_NVRTC=1 to require it)");
+        skip::skip(
+            "libnvrtc.so.13 is not on the library path (set QKINDEX_REQUIRE_NVRTC=1 to require it)",
+        );
         return;
     }
     // sm_90 (H100/H200), the target; sm_80 (A100), the oldest the mma.sync kernels support.

@@ -1,4 +1,4 @@
-"""The Python contract of DESIGN.md §4 for the kinds that exist: build, search, exact top-k,
+"""The Python contract of docs/DESIGN.md §4 for the kinds that exist: build, search, exact top-k,
 metrics, dumps."""
 
 import numpy as np

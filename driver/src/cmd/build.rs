@@ -1,4 +1,4 @@
-//! `qkindex build`: builds indexes from a dump and writes them as a bundle (DESIGN.md §4,
+//! `qkindex build`: builds indexes from a dump and writes them as a bundle (docs/DESIGN.md §4,
 //! docs/FORMAT.md): one key file per (layer, KV head), one index file per (layer, query head).
 //!
 //! `--kind` is an index spec (`attention`, `hnsw-ip:m=32`, `ivf:nlist=361`, ...), built as

@@ -20,7 +20,7 @@ use super::policy_args::PolicyArgs;
 
 #[derive(Debug, Args)]
 pub struct DecodeBenchArgs {
-    /// Dump directory (DESIGN.md §4 layout).
+    /// Dump directory (docs/DESIGN.md §4 layout).
     #[arg(long)]
     pub dump: PathBuf,
     /// Layer of the dump [default: its first].

@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use qkindex_driver::decode::{prefill, Decoder, Prefill};
 use qkindex_driver::devices::Devices;
 use qkindex_driver::model::{argmax, find_default_model, LayerCapture, Model};
-use qkindex_driver::retrieval::PolicyKind;
+use qkindex_driver::retrieval::{build_tally, BuildTally, PolicyConfig, PolicyKind};
 
 use super::model_args::ModelArgs;
 use super::policy_args::PolicyArgs;
@@ -39,6 +39,10 @@ pub struct DemoArgs {
 }
 
 pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
+    let index_cfg = args.policy.config(PolicyKind::IndexTopk);
+    // What needs no model is checked before the model is fetched or loaded; the rest before the
+    // prefill: a bad size fails at once, with one message.
+    check_sizes(&args, &index_cfg, args.context)?;
     if args.model.model.is_none() && find_default_model().is_none() {
         fetch_model()?;
     }
@@ -46,10 +50,14 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
     let cfg = &m.llama.cfg;
     let ids = m.tokenizer.encode(super::BUNDLED_TEXT)?;
     let ctx = args.context.min(ids.len());
-    if ctx < 2 || ctx + args.new > cfg.context_length {
+    if ctx < args.context {
+        // The bundled text is shorter than asked: the demo runs on all of it, if that fits.
+        check_sizes(&args, &index_cfg, ctx)
+            .with_context(|| format!("the bundled text has {ctx} tokens"))?;
+    }
+    if ctx + args.new > cfg.context_length {
         anyhow::bail!(
-            "--context {} + --new {} must fit the model's {} positions (and the context be at least 2)",
-            args.context,
+            "--context {ctx} + --new {} must fit the model's {} positions",
             args.new,
             cfg.context_length
         );
@@ -71,7 +79,6 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
         ctx as f64 / pre.seconds
     );
 
-    let index_cfg = args.policy.config(PolicyKind::IndexTopk);
     // Sliding-window layers (Gemma 3's local ones) get no index.
     let served = (0..cfg.n_layers)
         .filter(|&l| cfg.layer(l).attention.window().is_none())
@@ -86,6 +93,7 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
          (sink {}, window {}), from the prefill queries",
         index_cfg.index, index_cfg.sink, index_cfg.window
     );
+    let tally_before = build_tally();
     let mut fast = Decoder::new(
         &m.llama,
         &pre,
@@ -97,6 +105,9 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
     bar.finish_and_clear();
     let build_s = fast.stats().map_or(0.0, |s| s.build_s);
     println!("   {total} indexes in {build_s:.1} s");
+    if let Some(line) = tally_line(build_tally() - tally_before) {
+        println!("{line}");
+    }
     println!("{}", ttft_line(pre.seconds, build_s));
     let full_cfg = args.policy.config(PolicyKind::Full);
     let mut full = Decoder::new(
@@ -187,6 +198,68 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
         lf.search, lf.attention, lf.rest, lf.total, lx.attention, lx.rest, lx.total
     );
     Ok(())
+}
+
+/// The sizes the demo's retrieval needs, for a prefill of `ctx` tokens: a rest between the sinks
+/// and the window to retrieve from ([`PolicyConfig::check`], the check the decoder makes), `k`
+/// and `--new` of at least 1.
+fn check_sizes(args: &DemoArgs, index_cfg: &PolicyConfig, ctx: usize) -> anyhow::Result<()> {
+    match index_cfg.check(ctx) {
+        Ok(()) => {}
+        Err(qkindex::Error::InvalidParam {
+            name: "context",
+            reason,
+            ..
+        }) => {
+            anyhow::bail!(
+                "--context {ctx}: {reason}: the demo retrieves from the keys between the first \
+                 --sink {} and the last --window {} tokens; pass a longer --context or a smaller \
+                 --sink/--window",
+                index_cfg.sink,
+                index_cfg.window
+            )
+        }
+        Err(qkindex::Error::InvalidParam { name, reason, .. }) => {
+            anyhow::bail!("--{name}: {reason}")
+        }
+        Err(e) => return Err(e.into()),
+    }
+    if args.new == 0 {
+        anyhow::bail!("--new must be at least 1");
+    }
+    Ok(())
+}
+
+/// One line on the build-time checks of the `AttentionIndex` builds: how many printed a
+/// `far check` or `auto ef` line above, and why the others did not (None without such builds).
+fn tally_line(t: BuildTally) -> Option<String> {
+    if t.attention == 0 {
+        return None;
+    }
+    let n = t.attention;
+    let far = if t.far_checked > 0 {
+        format!(
+            "far check ran on {} of {n} (enough of their training lists read far back; kept the \
+             full-list graph on {}), the other {} read mostly recent keys and need no check",
+            t.far_checked,
+            t.far_kept_full,
+            n - t.far_checked
+        )
+    } else {
+        format!("far check ran on none of {n} (off, or no group read far back enough)")
+    };
+    let ef = if t.auto_ef_measured > 0 {
+        format!(
+            "auto ef measured on {}: raised the default ef on {} (printed above), the other {} \
+             reach the target at the default ef",
+            t.auto_ef_measured,
+            t.auto_ef_raised,
+            t.auto_ef_measured - t.auto_ef_raised
+        )
+    } else {
+        "auto ef off".to_string()
+    };
+    Some(format!("   build checks: {far}; {ef}"))
 }
 
 /// Runs `scripts/get-model.sh` of the repository this binary was built from.

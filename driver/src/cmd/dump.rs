@@ -1,5 +1,5 @@
 //! `qkindex dump`: runs a prompt through the model, then greedy decode steps, and writes the q/k/v of
-//! chosen layers in the dump layout of DESIGN.md §4 (float16 `.npy`, q and k post-RoPE in the
+//! chosen layers in the dump layout of docs/DESIGN.md §4 (float16 `.npy`, q and k post-RoPE in the
 //! Hugging Face rotate-half layout), the same conventions as `../shared/data/smollm2-public-8k`:
 //! `generated_ids[t]` is the argmax after position `n_prefill - 1 + t` (`n_decode + 1` of them) and
 //! `decode_input_ids[t] = generated_ids[t]` is the token fed at position `n_prefill + t`.

@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 use qkindex_driver::devices::Devices;
-use qkindex_driver::model::Model;
+use qkindex_driver::model::{Model, KNOWN_MODELS};
 
 use super::policy_args::PolicyArgs;
 
@@ -58,11 +58,30 @@ impl ModelArgs {
         };
         eprintln!(
             "loaded {} ({} layers{scale}) from {} in {:.2} s",
-            m.name,
+            describe(&m),
             m.llama.cfg.n_layers,
             m.path.display(),
             t0.elapsed().as_secs_f64()
         );
         Ok(m)
     }
+}
+
+/// The model as a user named it: its family (`--model NAME`, known by its file name; a GGUF
+/// path otherwise), the file, the architecture, and the GGUF's own `general.name` (which for
+/// SmolLM2 is a training-run label, not the model's name).
+fn describe(m: &Model) -> String {
+    let file = m.path.file_name().map_or_else(
+        || m.path.display().to_string(),
+        |f| f.to_string_lossy().into_owned(),
+    );
+    let family = KNOWN_MODELS
+        .iter()
+        .find(|k| k.file == file)
+        .map_or("a GGUF file", |k| k.name);
+    format!(
+        "{family}: {file} ({} architecture, GGUF name \"{}\")",
+        m.llama.cfg.arch.gguf_name(),
+        m.name
+    )
 }

@@ -1,4 +1,4 @@
-//! Retrieval attention for decode steps (DESIGN.md §2): per query head, a static set `S` (the
+//! Retrieval attention for decode steps (docs/DESIGN.md §2): per query head, a static set `S` (the
 //! first `sink` positions and the last `window`) is attended exactly; a [`Selector`] picks `Ω`,
 //! up to `k` keys from the rest `R` (positions `sink..n − window`); the two parts are merged
 //! exactly ([`softmax::Partial`]).
@@ -55,6 +55,6 @@ pub use ids::{Pos, RestId, Split};
 pub use policy::{PolicyConfig, PolicyKind};
 pub use probes::{SeededProbe, SelectEvent, StepObserver, WIDER_EF};
 pub use rest::RestIndex;
-pub use selector::{HeadPrefill, Selection, Selector};
+pub use selector::{build_tally, BuildTally, HeadPrefill, Selection, Selector};
 pub use stats::{ReTopKCounts, RetrievalStats, WiderRun};
 pub use step::Retrieval;

@@ -108,7 +108,7 @@ fn dtype_name<S: serde::Serializer>(d: &qkindex::Dtype, s: S) -> Result<S::Ok, S
 }
 
 impl PolicyConfig {
-    /// Defaults of DESIGN.md §2: sink 128, window 512, k 100, and the decode default index
+    /// Defaults of docs/DESIGN.md §2: sink 128, window 512, k 100, and the decode default index
     /// ([`qkindex::spec::DECODE_DEFAULT`], as the CLI's `--index`).
     pub fn new(kind: PolicyKind) -> Self {
         PolicyConfig {

@@ -1,5 +1,5 @@
 //! Partial softmax attention over a set of positions, and the exact merge of parts
-//! (DESIGN.md §2): each part carries `(max, sum, o)` — the largest scaled score, the sum of
+//! (docs/DESIGN.md §2): each part carries `(max, sum, o)` — the largest scaled score, the sum of
 //! `exp(score − max)` and the unnormalised output `Σ exp(score − max) · v` — and parts merge by
 //! rescaling with `exp(max_i − max)`. The split adds no error beyond which keys were chosen.
 

@@ -2,26 +2,25 @@
 
 use std::path::PathBuf;
 
+#[path = "../../../tests/support/skip.rs"]
+pub mod skip;
+
 /// The repository root (the driver crate's parent).
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// `models/gemma-3-270m-q4_k_m.gguf`, or None after printing `SKIP` where it is missing. Under CI
-/// (`CI` set) a missing file fails the test instead: CI fetches it first.
+/// `models/gemma-3-270m-q4_k_m.gguf`, or None after recording a skip (`tests/support/skip.rs`)
+/// where it is missing. Under CI (`CI` set) a missing file fails the test instead: CI fetches it
+/// first.
 pub fn gemma3_model() -> Option<PathBuf> {
     let path = root().join("models/gemma-3-270m-q4_k_m.gguf");
     if path.is_file() {
         return Some(path);
     }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{} is missing under CI (run scripts/get-model.sh --model gemma3-270m)",
+    skip::skip_unless_ci(&format!(
+        "{} not found (scripts/get-model.sh --model gemma3-270m)",
         path.display()
-    );
-    println!(
-        "SKIP: {} not found (scripts/get-model.sh --model gemma3-270m)",
-        path.display()
-    );
+    ));
     None
 }

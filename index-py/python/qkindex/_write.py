@@ -1,5 +1,5 @@
 """``write_dump``: writes Q/K/V tensors collected by PyTorch hooks in the dump layout of
-DESIGN.md §4, so that ``qkindex bench --dump DIR`` and ``load_dump`` read them."""
+docs/DESIGN.md §4, so that ``qkindex bench --dump DIR`` and ``load_dump`` read them."""
 
 from __future__ import annotations
 

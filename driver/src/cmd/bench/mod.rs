@@ -1,4 +1,4 @@
-//! `qkindex bench`: recall benchmark of index kinds on a dump (DESIGN.md §4, §5).
+//! `qkindex bench`: recall benchmark of index kinds on a dump (docs/DESIGN.md §4, §5).
 //!
 //! Per (layer, query head): build each index kind from the head's prefill queries (pooled over
 //! its GQA group by default) and its KV head's keys, search every decode query (q2k) and every

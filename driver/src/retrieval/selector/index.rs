@@ -3,6 +3,8 @@
 //! highest). With `step_seeds`, graph searches also start from the keys the same query head
 //! retrieved at the previous step.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use qkindex::{IndexSpec, Scratch, SearchOutput, SearchParams};
 
 use super::{HeadPrefill, Selection, Selector};
@@ -28,15 +30,81 @@ pub(super) fn build_rest(
     // the default ef: say what they chose.
     if let RestIndex::Attention(a) = &rest {
         let stats = a.build_stats();
+        let t = &BUILD_TALLY;
+        t.attention.fetch_add(1, Ordering::Relaxed);
         if let Some(f) = &stats.far_check {
             eprintln!("layer {} KV head {}: {f}", prefill.layer, prefill.kv_head);
+            t.far_checked.fetch_add(1, Ordering::Relaxed);
+            t.far_kept_full
+                .fetch_add(u64::from(f.kept_full), Ordering::Relaxed);
+        }
+        if stats.auto_ef.is_some() {
+            t.auto_ef_measured.fetch_add(1, Ordering::Relaxed);
         }
         // Only the groups whose ef the calibration raised (at 8K most keep the default).
         if let Some(e) = stats.auto_ef.as_ref().filter(|e| e.ef_after != e.ef_before) {
             eprintln!("layer {} KV head {}: {e}", prefill.layer, prefill.kv_head);
+            t.auto_ef_raised.fetch_add(1, Ordering::Relaxed);
         }
     }
     Ok(rest)
+}
+
+/// What the build-time checks of the `AttentionIndex` builds did, counted over the process
+/// ([`build_tally`]), so that a command can say in one line after its builds why only some of
+/// them printed a `far check` or `auto ef` line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BuildTally {
+    /// `AttentionIndex` builds.
+    pub attention: u64,
+    /// Builds that ran the far check, and of those, the ones that kept the full-list graph.
+    pub far_checked: u64,
+    pub far_kept_full: u64,
+    /// Builds that measured the `ef` (`auto-ef`), and of those, the ones that raised it.
+    pub auto_ef_measured: u64,
+    pub auto_ef_raised: u64,
+}
+
+impl std::ops::Sub for BuildTally {
+    type Output = BuildTally;
+    fn sub(self, b: BuildTally) -> BuildTally {
+        BuildTally {
+            attention: self.attention - b.attention,
+            far_checked: self.far_checked - b.far_checked,
+            far_kept_full: self.far_kept_full - b.far_kept_full,
+            auto_ef_measured: self.auto_ef_measured - b.auto_ef_measured,
+            auto_ef_raised: self.auto_ef_raised - b.auto_ef_raised,
+        }
+    }
+}
+
+struct AtomicTally {
+    attention: AtomicU64,
+    far_checked: AtomicU64,
+    far_kept_full: AtomicU64,
+    auto_ef_measured: AtomicU64,
+    auto_ef_raised: AtomicU64,
+}
+
+static BUILD_TALLY: AtomicTally = AtomicTally {
+    attention: AtomicU64::new(0),
+    far_checked: AtomicU64::new(0),
+    far_kept_full: AtomicU64::new(0),
+    auto_ef_measured: AtomicU64::new(0),
+    auto_ef_raised: AtomicU64::new(0),
+};
+
+/// The counts so far in this process; the difference of two snapshots covers the builds between
+/// them.
+pub fn build_tally() -> BuildTally {
+    let t = &BUILD_TALLY;
+    BuildTally {
+        attention: t.attention.load(Ordering::Relaxed),
+        far_checked: t.far_checked.load(Ordering::Relaxed),
+        far_kept_full: t.far_kept_full.load(Ordering::Relaxed),
+        auto_ef_measured: t.auto_ef_measured.load(Ordering::Relaxed),
+        auto_ef_raised: t.auto_ef_raised.load(Ordering::Relaxed),
+    }
 }
 
 /// A rest index searched for each query.

@@ -35,6 +35,8 @@ mod scan;
 mod snapkv;
 mod static_only;
 
+pub use index::{build_tally, BuildTally};
+
 use std::cell::OnceCell;
 
 use qkindex::scratch::TopK;
