@@ -1,6 +1,6 @@
 //! `qkindex`: the command-line front of qkindex (benchmarks, dumps, the decoding driver).
 //! One file per subcommand under `cmd/`; what several subcommands share lives beside it
-//! (`report.rs`, `plots.rs`, `training.rs`).
+//! (`report.rs`, `plots/`, `training.rs`).
 
 mod cmd;
 mod plots;

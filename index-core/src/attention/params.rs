@@ -188,28 +188,14 @@ impl AttentionParams {
     /// beside ours as the `roargraph-recipe` variant.
     pub fn roargraph_recipe() -> Self {
         AttentionParams {
-            kq: 100,
             max_degree: 35,
             projection: Projection::Pivot,
             prune: Prune::Occlusion,
             entry: EntryRule::L2Medoid,
-            entry_count: 1,
             recent_entries: 0,
             sequence_edges: 0,
             build_ef: 500,
-            default_ef: 128,
-            causal: false,
-            train_on: TrainOn::Queries,
-            queries_per_key: 0.0,
-            global_full: 0.0,
-            far_check: 0.0,
-            auto_ef: 0.0,
-            prune_candidates: 0,
-            knn_probe: 0,
-            knn_graph: 0,
-            knn_pool: 0,
-            codes: Codes::None,
-            rerank: 0,
+            ..Self::default()
         }
     }
 

@@ -29,7 +29,7 @@ use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::graph::{beam_search, BeamSettings, Csr, Neighbors};
 use crate::metric::kernels;
-use crate::scratch::{Scored, Scratch, VisitedSet};
+use crate::scratch::{Scored, Scratch};
 use crate::search::{SearchOutput, SearchStats};
 use crate::store::{KeyStore, Scorer};
 use rand::rngs::StdRng;
@@ -152,19 +152,16 @@ pub(super) fn build(
             .map_init(
                 || (Scratch::new(n), SearchOutput::default()),
                 |(scratch, out), u| {
-                    plan_links(
-                        frozen,
-                        &vectors,
-                        u as u32,
-                        &levels,
-                        batch.start as u32,
+                    let plan = Planner {
+                        layers: frozen,
+                        vectors: &vectors,
+                        levels: &levels,
                         entry,
                         max_level,
                         efc,
                         params,
-                        scratch,
-                        out,
-                    )
+                    };
+                    plan.links(u as u32, batch.start as u32, scratch, out)
                 },
             )
             .collect();
@@ -266,18 +263,23 @@ fn draw_levels(n: usize, params: &HnswParams) -> Vec<u8> {
 /// at most what the current key scores, as the current score only rises — and saves their
 /// inner products. Counts every inner product and every expanded key in `stats`. Ids `≥ n` (the
 /// number of keys) are skipped.
-#[allow(clippy::too_many_arguments)]
+/// Uses the visited set (not reset: the caller marks the entry) and the id and score buffers of
+/// `scratch`.
 pub(super) fn greedy<G: Neighbors + ?Sized>(
     graph: &G,
     n: u32,
     scorer: &Scorer<'_>,
     query: &[f32],
     mut cur: Scored,
-    visited: &mut VisitedSet,
-    ids: &mut Vec<u32>,
-    scores: &mut Vec<f32>,
+    scratch: &mut Scratch,
     stats: &mut SearchStats,
 ) -> Scored {
+    let Scratch {
+        visited,
+        ids,
+        scores,
+        ..
+    } = scratch;
     loop {
         stats.hops += 1;
         ids.clear();
@@ -302,90 +304,89 @@ pub(super) fn greedy<G: Neighbors + ?Sized>(
     }
 }
 
-/// The links key `u` gets at each of its levels `0..=min(level, max_level)`: candidates are
-/// found on the frozen `layers` from `entry`, plus the keys `batch_start..u` (its batch mates of
-/// lower id, not in `layers` yet) present at that level, scored exactly.
-#[allow(clippy::too_many_arguments)]
-fn plan_links(
-    layers: &Layers,
-    vectors: &BuildVectors,
-    u: u32,
-    levels: &[u8],
-    batch_start: u32,
+/// What the link planning of one batch reads: the layers frozen before the batch, the vectors,
+/// every key's level, the entry point and top level, the build's `ef` and parameters.
+struct Planner<'a> {
+    layers: &'a Layers,
+    vectors: &'a BuildVectors,
+    levels: &'a [u8],
     entry: u32,
     max_level: usize,
     efc: usize,
-    params: &HnswParams,
-    scratch: &mut Scratch,
-    out: &mut SearchOutput,
-) -> Vec<Vec<u32>> {
-    let n = layers[0].len();
-    let level = levels[u as usize] as usize;
-    let scorer = vectors.store.scorer();
-    let query = vectors.row(u);
-    let mut stats = SearchStats::default();
-    scratch.visited.reset(n);
-    scratch.visited.insert(entry);
-    let mut cur = Scored {
-        score: scorer.score(query, entry),
-        id: entry,
-    };
-    for l in (level + 1..=max_level).rev() {
-        let Scratch {
-            visited,
-            ids,
-            scores,
-            ..
-        } = scratch;
-        cur = greedy(
-            &layers[l][..],
-            layers[l].len() as u32,
-            &scorer,
-            query,
-            cur,
-            visited,
-            ids,
-            scores,
-            &mut stats,
-        );
-    }
-    let top = level.min(max_level);
-    let mut links = vec![Vec::new(); top + 1];
-    for l in (0..=top).rev() {
-        beam_search(
-            &layers[l][..],
-            &scorer,
-            query,
-            &[&[cur.id]],
-            &BeamSettings::new(efc, efc),
-            scratch,
-            out,
-        );
-        let mut cands: Vec<(f32, u32)> = out
-            .scores
-            .iter()
-            .zip(&out.ids)
-            .filter(|x| *x.1 != u)
-            .map(|(&s, &id)| (s, id))
-            .collect();
-        // The next level down starts from the best key of the frozen graph (batch mates have
-        // no links there yet).
-        if let Some(&(score, id)) = cands.first() {
-            cur = Scored { score, id };
+    params: &'a HnswParams,
+}
+
+impl Planner<'_> {
+    /// The links key `u` gets at each of its levels `0..=min(level, max_level)`: candidates are
+    /// found on the frozen layers from the entry, plus the keys `batch_start..u` (its batch mates
+    /// of lower id, not in the layers yet) present at that level, scored exactly.
+    fn links(
+        &self,
+        u: u32,
+        batch_start: u32,
+        scratch: &mut Scratch,
+        out: &mut SearchOutput,
+    ) -> Vec<Vec<u32>> {
+        let n = self.layers[0].len();
+        let level = self.levels[u as usize] as usize;
+        let scorer = self.vectors.store.scorer();
+        let query = self.vectors.row(u);
+        let mut stats = SearchStats::default();
+        scratch.visited.reset(n);
+        scratch.visited.insert(self.entry);
+        let mut cur = Scored {
+            score: scorer.score(query, self.entry),
+            id: self.entry,
+        };
+        for l in (level + 1..=self.max_level).rev() {
+            cur = greedy(
+                &self.layers[l][..],
+                self.layers[l].len() as u32,
+                &scorer,
+                query,
+                cur,
+                scratch,
+                &mut stats,
+            );
         }
-        let before = cands.len();
-        cands.extend(
-            (batch_start..u)
-                .filter(|&w| levels[w as usize] as usize >= l)
-                .map(|w| (vectors.sim(u, w), w)),
-        );
-        if cands.len() > before {
-            cands.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-            cands.truncate(efc);
+        let top = level.min(self.max_level);
+        let mut links = vec![Vec::new(); top + 1];
+        for l in (0..=top).rev() {
+            beam_search(
+                &self.layers[l][..],
+                &scorer,
+                query,
+                &[&[cur.id]],
+                &BeamSettings::new(self.efc, self.efc),
+                scratch,
+                out,
+            );
+            let mut cands: Vec<(f32, u32)> = out
+                .scores
+                .iter()
+                .zip(&out.ids)
+                .filter(|x| *x.1 != u)
+                .map(|(&s, &id)| (s, id))
+                .collect();
+            // The next level down starts from the best key of the frozen graph (batch mates have
+            // no links there yet).
+            if let Some(&(score, id)) = cands.first() {
+                cur = Scored { score, id };
+            }
+            let before = cands.len();
+            cands.extend(
+                (batch_start..u)
+                    .filter(|&w| self.levels[w as usize] as usize >= l)
+                    .map(|w| (self.vectors.sim(u, w), w)),
+            );
+            if cands.len() > before {
+                cands.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+                cands.truncate(self.efc);
+            }
+            links[l] = select_neighbors(&cands, self.params.m, self.params.keep_pruned, self.vectors);
         }
-        links[l] = select_neighbors(&cands, params.m, params.keep_pruned, vectors);
+        links
     }
-    links
 }
 
 /// The neighbour-selection heuristic (Algorithm 4, as hnswlib's `getNeighborsByHeuristic2`):

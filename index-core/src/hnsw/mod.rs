@@ -178,21 +178,11 @@ impl AnnIndex for HnswIndex {
             score: scorer.score(query, self.entry),
             id: self.entry,
         };
-        {
-            let Scratch {
-                visited,
-                ids,
-                scores,
-                ..
-            } = scratch;
-            visited.reset(self.keys.len());
-            visited.insert(self.entry);
-            let n = self.keys.len() as u32;
-            for level in self.upper.iter().rev() {
-                cur = build::greedy(
-                    &level, n, &scorer, query, cur, visited, ids, scores, &mut stats,
-                );
-            }
+        scratch.visited.reset(self.keys.len());
+        scratch.visited.insert(self.entry);
+        let n = self.keys.len() as u32;
+        for level in self.upper.iter().rev() {
+            cur = build::greedy(&level, n, &scorer, query, cur, scratch, &mut stats);
         }
         beam_search(
             &self.level0,
