@@ -383,7 +383,8 @@ impl Planner<'_> {
                 cands.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
                 cands.truncate(self.efc);
             }
-            links[l] = select_neighbors(&cands, self.params.m, self.params.keep_pruned, self.vectors);
+            links[l] =
+                select_neighbors(&cands, self.params.m, self.params.keep_pruned, self.vectors);
         }
         links
     }
