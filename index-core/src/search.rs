@@ -50,6 +50,11 @@ pub struct SearchParams {
     /// with a list of `beam` items, the result still being the best `k` keys it scored: the
     /// settings below `ef = k` on a recall curve.
     pub beam: Option<usize>,
+    /// The query head the query comes from, as its index among the query heads whose queries
+    /// the index was built from (a GQA group's, in their pooled order). An index that measured
+    /// an `ef` per query head (`auto-ef`) searches at that head's when `ef` is `None`; others
+    /// ignore it.
+    pub head: Option<usize>,
 }
 
 impl SearchParams {

@@ -2,11 +2,11 @@
 //! that builds never panic on small random inputs.
 
 use proptest::prelude::*;
-use qkindex::attention::{EntryRule, Projection, Prune};
+use qkindex::attention::{off_at_zero, EntryRule, Projection, Prune, TrainKnn};
 use qkindex::synth::{ood, Rng};
 use qkindex::{
     AnnIndex, AttentionIndex, AttentionParams, CpuKnn, Dtype, Error, FlatIndex, KeyStore,
-    KnnBackend, KnnOptions, SearchParams,
+    KnnBackend, KnnOptions, SearchOutput, SearchParams,
 };
 use std::sync::Arc;
 
@@ -131,7 +131,7 @@ fn synth_graphs_hold_invariants() {
         let params = AttentionParams {
             queries_per_key,
             prune_candidates,
-            knn_probe,
+            knn: TrainKnn::from_field("knn_probe", knn_probe).expect("a kNN field"),
             ..AttentionParams::default()
         };
         let index = build(&keys, &data.train_queries, &params);
@@ -243,7 +243,7 @@ fn causal_builds_from_visible_counts() {
     }
     // Unmasking far-looking lists applies to causal lists only.
     let unmask_alone = AttentionParams {
-        global_full: 0.5,
+        global_full: Some(0.5),
         ..AttentionParams::default()
     };
     assert!(matches!(
@@ -285,7 +285,7 @@ fn graph_knn_below_its_key_floor_builds_the_exact_graph() {
     let data = ood(m, 20, dim, 5);
     let keys = Arc::new(KeyStore::from_f32(data.keys[..n * dim].to_vec(), dim).expect("keys"));
     let params = AttentionParams {
-        knn_graph: 128,
+        knn: TrainKnn::Graph { ef: 128 },
         ..AttentionParams::default()
     };
     let index = build(&keys, &data.train_queries, &params);
@@ -296,7 +296,7 @@ fn graph_knn_below_its_key_floor_builds_the_exact_graph() {
     assert_eq!(index.entries(), exact.entries());
     // An absurd ef is no overflow: the key floor saturates and the kNN stays exact.
     let huge = AttentionParams {
-        knn_graph: usize::MAX,
+        knn: TrainKnn::Graph { ef: usize::MAX },
         ..AttentionParams::default()
     };
     let index = build(&keys, &data.train_queries, &huge);
@@ -313,14 +313,14 @@ fn pooled_knn_builds_the_exact_graph_or_a_valid_one() {
     let keys = Arc::new(KeyStore::from_f32(data.keys.clone(), dim).expect("keys"));
     let exact = build(&keys, &data.train_queries, &AttentionParams::default());
     let wide = AttentionParams {
-        knn_pool: n / 4,
+        knn: TrainKnn::Pool { size: n / 4 },
         ..AttentionParams::default()
     };
     let index = build(&keys, &data.train_queries, &wide);
     assert_eq!(index.graph().expect("graph"), exact.graph().expect("graph"));
     assert_eq!(index.entries(), exact.entries());
     let pooled = AttentionParams {
-        knn_pool: 300,
+        knn: TrainKnn::Pool { size: 300 },
         ..AttentionParams::default()
     };
     let index = build(&keys, &data.train_queries, &pooled);
@@ -586,7 +586,7 @@ fn far_looking_causal_lists_are_unmasked() {
     let mut unmasked = Vec::new();
     for share in [0.0, 0.5, 1.0] {
         let params = AttentionParams {
-            global_full: share,
+            global_full: off_at_zero(share),
             ..causal.clone()
         };
         let index = AttentionIndex::build(keys.clone(), train, &params, &CpuKnn).expect("build");
@@ -620,8 +620,8 @@ fn far_check_keeps_the_graph_its_check_prefers() {
         causal: true,
         queries_per_key: 0.5,
         // Every list past the near window with a key before it is unmasked.
-        global_full: 1.0,
-        far_check: 0.01,
+        global_full: Some(1.0),
+        far_check: Some(0.01),
         ..AttentionParams::default()
     };
     let build = |params: &AttentionParams| {
@@ -641,7 +641,7 @@ fn far_check_keeps_the_graph_its_check_prefers() {
     // Every 4th pooled row trains; each head has more than 64 held-out recent rows.
     assert_eq!(check.queries, group * 64);
     assert!(
-        check.far_share >= params.far_check && check.far_share <= 1.0,
+        params.far_check.is_some_and(|s| check.far_share >= s) && check.far_share <= 1.0,
         "{check:?}"
     );
     for s in [check.causal_scanned, check.full_scanned] {
@@ -654,7 +654,7 @@ fn far_check_keeps_the_graph_its_check_prefers() {
 
     // Above the observed share: one build, no check.
     let rare = AttentionParams {
-        far_check: (check.far_share * 1.5).min(1.0),
+        far_check: Some((check.far_share * 1.5).min(1.0)),
         ..params.clone()
     };
     if check.far_share < 1.0 {
@@ -664,8 +664,8 @@ fn far_check_keeps_the_graph_its_check_prefers() {
     }
     for (far_check, global_full) in [(0.1, 0.0), (1.5, 0.5), (f64::NAN, 0.5)] {
         let bad = AttentionParams {
-            far_check,
-            global_full,
+            far_check: off_at_zero(far_check),
+            global_full: off_at_zero(global_full),
             ..params.clone()
         };
         assert!(
@@ -679,6 +679,84 @@ fn far_check_keeps_the_graph_its_check_prefers() {
             "far_check {far_check}, global_full {global_full}"
         );
     }
+}
+
+/// `prune_check` (issue 50): the build makes both rules' graphs from the same lists and keeps
+/// the one whose worst head scans less on held-out recent queries; the kept graph is, bit for
+/// bit, the plain build with the kept rule, and its params name that rule (the other in
+/// `prune_check`); asking for the rule `prune` already names is a typed error.
+#[test]
+fn prune_check_keeps_the_rule_its_check_prefers() {
+    let (n, dim, group) = (1600, 16, 2);
+    let data = ood(n, 20, dim, 33);
+    let keys = Arc::new(KeyStore::from_f32(data.keys[..n * dim].to_vec(), dim).expect("keys"));
+    let pooled: Vec<f32> = (0..group)
+        .flat_map(|_| data.train_queries[..n * dim].iter().copied())
+        .collect();
+    let visible: Vec<u32> = (0..group).flat_map(|_| 1..=n as u32).collect();
+    let cancel = qkindex::Cancel::new();
+    let build = |params: &AttentionParams| {
+        AttentionIndex::build_visible(keys.clone(), &pooled, &visible, params, &CpuKnn, &cancel)
+    };
+    for (asked, other) in [
+        (Prune::OcclusionFill, Prune::Top),
+        (Prune::Top, Prune::Occlusion),
+    ] {
+        let params = AttentionParams {
+            causal: true,
+            queries_per_key: 0.5,
+            prune: asked,
+            prune_check: Some(other),
+            ..AttentionParams::default()
+        };
+        let index = build(&params).expect("build");
+        let what = format!("prune check {asked} / {other}");
+        check_invariants(&index, n, index.params(), &what);
+        check_exact_at_full_ef(&index, &data.test_queries, dim, &what);
+        let check = index
+            .build_stats()
+            .prune_check
+            .clone()
+            .expect("the check ran");
+        assert_eq!((check.asked, check.other), (asked, other), "{what}");
+        assert_eq!(
+            (check.heads, check.queries),
+            (group, group * 64),
+            "{check:?}"
+        );
+        assert_eq!(check.kept_other, check.other_scanned < check.asked_scanned);
+        for s in [check.asked_scanned, check.other_scanned] {
+            assert!(s > 0.0 && s <= 1.0, "{check:?}");
+        }
+        let kept = check.kept();
+        let dropped = if check.kept_other { asked } else { other };
+        assert_eq!(index.params().prune, kept, "{what}");
+        assert_eq!(index.params().prune_check, Some(dropped), "{what}");
+        let plain = build(&AttentionParams {
+            prune: kept,
+            prune_check: None,
+            ..params.clone()
+        })
+        .expect("plain build");
+        assert_eq!(
+            index.graph().expect("graph"),
+            plain.graph().expect("graph"),
+            "{what}"
+        );
+        assert_eq!(index.entries(), plain.entries(), "{what}");
+        assert!(index.build_stats().total_s >= check.seconds);
+    }
+    let same = AttentionParams {
+        prune_check: Some(AttentionParams::default().prune),
+        ..AttentionParams::default()
+    };
+    assert!(matches!(
+        AttentionIndex::build(keys.clone(), &pooled, &same, &CpuKnn),
+        Err(Error::InvalidParam {
+            name: "prune_check",
+            ..
+        })
+    ));
 }
 
 /// `auto_ef` (issue 23): the build measures the `ef` its held-out recent queries need for the
@@ -703,7 +781,7 @@ fn auto_ef_raises_the_default_ef_to_what_recent_queries_need() {
         let params = AttentionParams {
             causal: true,
             queries_per_key: 0.5,
-            auto_ef,
+            auto_ef: off_at_zero(auto_ef),
             default_ef,
             ..AttentionParams::default()
         };
@@ -722,6 +800,17 @@ fn auto_ef_raises_the_default_ef_to_what_recent_queries_need() {
         assert_eq!(a.ef_before, 32);
         assert_eq!(a.ef_after, a.needed.max(32), "{a:?}");
         assert_eq!(index.params().default_ef, a.ef_after);
+        // Per query head: what each head needed, never below the given default; the group's
+        // ef is the worst head's, and a search naming its head runs at that head's ef.
+        assert_eq!(a.head_ef.len(), group, "{a:?}");
+        assert_eq!(index.params().head_ef, a.head_ef);
+        assert!(a.head_ef.iter().all(|&e| e >= 32), "{a:?}");
+        assert_eq!(a.head_ef.iter().copied().max(), Some(a.ef_after), "{a:?}");
+        for (h, &ef) in a.head_ef.iter().enumerate() {
+            assert_eq!(index.default_ef(Some(h)), ef);
+        }
+        assert_eq!(index.default_ef(Some(group)), a.ef_after);
+        assert_eq!(index.default_ef(None), a.ef_after);
         assert!(a.recall_after >= a.recall_before, "{a:?}");
         if a.reached {
             assert!(a.recall_after >= target, "{a:?}");
@@ -754,6 +843,20 @@ fn auto_ef_raises_the_default_ef_to_what_recent_queries_need() {
             .search_into(q, 10, &explicit, &mut scratch, &mut at_ef)
             .expect("search");
         assert_eq!(by_default, at_ef, "target {target}");
+        let last = a.head_ef.len() - 1;
+        let named = SearchParams {
+            head: Some(last),
+            ..SearchParams::default()
+        };
+        let at_head_ef = SearchParams::with_ef(a.head_ef[last]);
+        let (mut by_head, mut at_head) = (SearchOutput::default(), SearchOutput::default());
+        loaded
+            .search_into(q, 10, &named, &mut scratch, &mut by_head)
+            .expect("search");
+        index
+            .search_into(q, 10, &at_head_ef, &mut scratch, &mut at_head)
+            .expect("search");
+        assert_eq!(by_head, at_head, "target {target}, head {last}");
     }
     assert!(needed.windows(2).all(|w| w[0] <= w[1]), "{needed:?}");
     // A default above what is needed stays.
@@ -763,7 +866,7 @@ fn auto_ef_raises_the_default_ef_to_what_recent_queries_need() {
     // Counts that do not match the queries are an error, not a panic (a non-causal build
     // reads them only here).
     let params = AttentionParams {
-        auto_ef: 0.95,
+        auto_ef: Some(0.95),
         ..AttentionParams::default()
     };
     let short = &visible[..visible.len() - 1];

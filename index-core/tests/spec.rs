@@ -2,7 +2,7 @@
 //! canonical form round-trips, errors name the bad key, and every preset builds its kind.
 
 use proptest::prelude::*;
-use qkindex::attention::{Codes, EntryRule, Projection, Prune, TrainOn};
+use qkindex::attention::{off_at_zero, Codes, EntryRule, Projection, Prune, TrainKnn, TrainOn};
 use qkindex::ivf::Assignment;
 use qkindex::synth::ood;
 use qkindex::{
@@ -111,10 +111,15 @@ fn strings_name_the_params() {
         IndexSpec::Attention(AttentionParams {
             queries_per_key: 1.5,
             prune_candidates: 128,
-            knn_probe: 24,
+            knn: TrainKnn::Probe { lists: 24 },
             ..AttentionParams::default()
         })
     );
+    assert_eq!(
+        parse("attention:prune-check=top,causal=true").to_string(),
+        "attention:causal=true,prune-check=top"
+    );
+    assert_eq!(parse("attention:prune-check=none"), parse("attention"));
     assert_eq!(
         parse("attention:global-full=0.2,causal=true,queries-per-key=1.25").to_string(),
         "attention:causal=true,queries-per-key=1.25,global-full=0.2"
@@ -156,6 +161,8 @@ fn build_cost_keys_reject_what_they_cannot_do() {
         ("attention:knn-graph=64,knn-pool=16000", "knn-pool"),
         ("attention:knn-probe=8,knn-pool=16000", "knn-pool"),
         ("attention:kq=100,knn-pool=99", "knn-pool"),
+        ("attention:prune-check=occlusion-fill", "prune-check"),
+        ("attention:prune-check=best", "prune-check"),
         ("attention:knn-pool=lots", "knn-pool"),
         ("attention:prune-cands=many", "prune-cands"),
         ("attention:causal=true,far-check=0.04", "far-check"),
@@ -423,40 +430,33 @@ fn attention_params() -> impl Strategy<Value = AttentionParams> {
                     prune,
                     entry,
                     train_on,
-                    auto_ef,
+                    auto_ef: off_at_zero(auto_ef),
                     ..AttentionParams::default()
                 };
                 (p.kq, p.max_degree) = sizes;
                 (p.entry_count, p.recent_entries, p.sequence_edges) = counts;
                 let (global_full, far_check);
                 (p.build_ef, p.default_ef, p.causal, global_full, far_check) = search;
-                let pool;
-                (
-                    p.queries_per_key,
-                    p.prune_candidates,
-                    p.knn_probe,
-                    p.knn_graph,
-                    pool,
-                ) = cost;
-                // One approximate kNN at a time (a pool holds at least kq keys); thinned or
-                // approximate kNN lists have no causal mode (validation errors); only causal
-                // lists are unmasked.
-                if p.knn_probe > 0 {
-                    p.knn_graph = 0;
-                }
-                if pool > 0 && p.knn_probe == 0 && p.knn_graph == 0 {
-                    p.knn_pool = pool.max(p.kq);
-                }
-                p.causal &= p.queries_per_key == 0.0
-                    && p.knn_probe == 0
-                    && p.knn_graph == 0
-                    && p.knn_pool == 0;
+                let (probe, graph, pool);
+                (p.queries_per_key, p.prune_candidates, probe, graph, pool) = cost;
+                // One approximate kNN at a time, the first one drawn (a pool holds at least kq
+                // keys); thinned or approximate kNN lists have no causal mode (validation
+                // errors); only causal lists are unmasked.
+                p.knn = match (probe, graph, pool) {
+                    (0, 0, 0) => TrainKnn::Exact,
+                    (0, 0, size) => TrainKnn::Pool {
+                        size: size.max(p.kq),
+                    },
+                    (0, ef, _) => TrainKnn::Graph { ef },
+                    (lists, _, _) => TrainKnn::Probe { lists },
+                };
+                p.causal &= p.queries_per_key == 0.0 && p.knn == TrainKnn::Exact;
                 if p.causal {
-                    p.global_full = global_full;
+                    p.global_full = off_at_zero(global_full);
                 }
                 // The far check is triggered by the unmasked lists.
-                if p.global_full > 0.0 {
-                    p.far_check = far_check;
+                if p.global_full.is_some() {
+                    p.far_check = off_at_zero(far_check);
                 }
                 p
             },

@@ -7,7 +7,7 @@ use crate::errors::{to_py, value_error};
 use crate::run::interruptible;
 use crate::search::{graph_search_params, search_any, Pool, SearchResult};
 use pyo3::prelude::*;
-use qkindex::attention::Prune;
+use qkindex::attention::{off_at_zero, Prune, TrainKnn};
 use qkindex::io::{AnyIndex, KeysPlacement, Persist};
 use qkindex::{
     AnnIndex, AttentionParams, Cancel, Error, IndexSpec, KeyStore, KnnBackend, SearchParams,
@@ -226,11 +226,12 @@ impl AttentionIndex {
             default_ef: count("default_ef", default_ef, 1)?,
             causal,
             prune,
-            auto_ef,
-            knn_pool: count("knn_pool", knn_pool, 0)?,
+            auto_ef: off_at_zero(auto_ef),
+            knn: TrainKnn::from_field("knn_pool", count("knn_pool", knn_pool, 0)?)
+                .unwrap_or_default(),
             queries_per_key,
-            global_full,
-            far_check,
+            global_full: off_at_zero(global_full),
+            far_check: off_at_zero(far_check),
             ..AttentionParams::default()
         });
         let visible = visible.map(visible_counts).transpose()?;

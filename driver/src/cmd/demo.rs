@@ -259,7 +259,17 @@ fn tally_line(t: BuildTally) -> Option<String> {
     } else {
         "auto ef off".to_string()
     };
-    Some(format!("   build checks: {far}; {ef}"))
+    let prune = if t.prune_checked > 0 {
+        format!(
+            "; prune check ran on {}: kept the checked rule's graph on {}, the asked rule's on {}",
+            t.prune_checked,
+            t.prune_kept_other,
+            t.prune_checked - t.prune_kept_other
+        )
+    } else {
+        String::new()
+    };
+    Some(format!("   build checks: {far}; {ef}{prune}"))
 }
 
 /// Runs `scripts/get-model.sh` of the repository this binary was built from.

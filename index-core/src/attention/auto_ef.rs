@@ -6,9 +6,12 @@
 //! therefore measures, on the check rows of the far check (held-out recent prefill queries per
 //! query head, [`super::far_check::check_rows`]), the `ef` at which every head's mean
 //! recall@100 against the exact top-100 of the keys it saw reaches the target, and makes that
-//! the index's `default_ef` (never below the `default_ef` given).
+//! the index's `default_ef` (never below the `default_ef` given); and, per query head, the `ef`
+//! that head needed, which searches naming their head take ([`crate::SearchParams::head`]): the
+//! heads of a group differ (issue 44: decode scored twice the keys the offline bench needs
+//! when every head searched at its group's worst head's `ef`).
 
-use super::far_check::{check_rows, ladder, sweep, CheckSet, Step, CHECK_K};
+use super::far_check::{check_rows, head_runs, ladder, sweep, CheckSet, Step, CHECK_K};
 use super::AttentionIndex;
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
@@ -35,6 +38,10 @@ pub struct AutoEf {
     /// `default_ef` before and after (the larger of the given one and `needed`).
     pub ef_before: usize,
     pub ef_after: usize,
+    /// Per query head (pooled order), the `ef` its searches take when they name their head
+    /// (the larger of the given `default_ef` and what the head needed); empty with one head,
+    /// or when a head had no check rows.
+    pub head_ef: Vec<usize>,
     /// Seconds of the check (truth and sweep).
     pub seconds: f64,
 }
@@ -55,7 +62,12 @@ impl std::fmt::Display for AutoEf {
             self.ef_after,
             self.recall_before,
             self.recall_after
-        )
+        )?;
+        if !self.head_ef.is_empty() {
+            let efs: Vec<String> = self.head_ef.iter().map(usize::to_string).collect();
+            write!(f, "; per query head {}", efs.join("/"))?;
+        }
+        Ok(())
     }
 }
 
@@ -111,17 +123,21 @@ pub(super) fn calibrate(
     let efs = ladder(floor, n);
     let stop = |s: &Step| s.recall >= target;
     let steps = sweep(index, &set, visible, &heads, &efs, stop, cancel)?;
-    let mut needed = 0;
-    for head in &steps {
-        match head.iter().find(|s| s.recall >= target) {
-            Some(s) => needed = needed.max(s.ef),
-            None => {
-                out.reached = false;
-                needed = needed.max(head.last().map_or(0, |s| s.ef));
-            }
-        }
-    }
+    let head_needed: Vec<usize> = steps
+        .iter()
+        .map(|head| match head.iter().find(|s| s.recall >= target) {
+            Some(s) => s.ef,
+            None => head.last().map_or(0, |s| s.ef),
+        })
+        .collect();
+    out.reached = steps
+        .iter()
+        .all(|head| head.iter().any(|s| s.recall >= target));
+    let needed = head_needed.iter().copied().max().unwrap_or(0);
     let ef_after = floor.max(needed);
+    if heads.len() > 1 && heads.len() == head_runs(visible) {
+        out.head_ef = head_needed.iter().map(|&e| floor.max(e)).collect();
+    }
     // The worst head's recall at an ef: that of its last step at or below it.
     let worst_at = |ef: usize| {
         steps
@@ -134,6 +150,7 @@ pub(super) fn calibrate(
     out.recall_before = worst_at(floor);
     out.recall_after = worst_at(ef_after);
     index.params.default_ef = ef_after;
+    index.params.head_ef.clone_from(&out.head_ef);
     out.seconds = t.elapsed().as_secs_f64();
     Ok(out)
 }

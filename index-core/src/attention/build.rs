@@ -1,35 +1,39 @@
 //! Construction of the query-aware graph.
 //!
-//! 1. Bipartite kNN: each training query's exact top-`kq` keys ([`KnnBackend`]), or with
-//!    `knn_probe` its best keys in that many lists of a coarse IVF ([`super::coarse`]), or with
-//!    `knn_graph` its keys searched in a graph built first ([`super::graph_knn`]), or with
-//!    `knn_pool` its best keys in a pool shared by similar queries ([`super::pool_knn`]); the
+//! 1. Bipartite kNN ([`TrainKnn`]): each training query's exact top-`kq` keys
+//!    ([`KnnBackend`]), or its best keys in a few lists of a coarse IVF ([`super::coarse`]), or
+//!    its keys searched in a graph built first ([`super::graph_knn`]), or its best keys in a
+//!    pool shared by similar queries ([`super::pool_knn`]); the
 //!    keys themselves are the queries with [`TrainOn::Keys`]. `queries_per_key` thins the
 //!    training queries first.
-//! 2. Projection: per key, candidate neighbours from the lists it appears in ([`Projection`]).
-//! 3. Pruning to `max_degree` ([`crate::graph::prune()`]), then reverse edges where a key has
-//!    room.
-//! 4. Connectivity ([`crate::graph::repair`]): every key not reachable from the entry points is
+//! 2. Projection: per key, candidate neighbours from the lists it appears in, pruned to
+//!    `max_degree`, then reverse edges where a key has room ([`super::projection`]); the entry
+//!    points ([`super::entries`]).
+//! 3. Connectivity ([`crate::graph::repair`]): every key not reachable from the entry points is
 //!    searched for (with its own vector as the query) and linked from the best reachable key
 //!    with room, so no key is lost.
+//! 4. When asked for, on held-out recent training queries: the prune check (the same lists
+//!    pruned by a second rule, [`super::prune_check`]), the far check ([`super::far_check`])
+//!    and the `ef` calibration ([`super::auto_ef`]).
 
 use super::auto_ef::calibrate;
+use super::entries::entry_points;
 use super::far_check::{keep_better_lists, FarCheck};
-use super::params::{AttentionParams, EntryRule, Projection, TrainOn};
+use super::params::{AttentionParams, TrainKnn, TrainOn};
 use super::pool_knn::{self, PooledKnn};
+use super::projection::{project, Occurrences};
+use super::prune_check::{keep_better_rule, PruneCheck};
 use super::train_lists::{far_rows, thin, unmask_rows};
 use super::{coarse, graph_knn};
 use super::{AttentionIndex, AutoEf};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::graph::repair::{self, Repair, WhenFull};
-use crate::graph::{beam_search, prune, BeamSettings, Csr};
+use crate::graph::{beam_search, BeamSettings, Csr};
 use crate::knn::{KnnBackend, KnnOptions, KnnResult};
-use crate::metric::kernels;
 use crate::scratch::Scratch;
 use crate::search::SearchOutput;
 use crate::store::KeyStore;
-use rayon::prelude::*;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -49,6 +53,9 @@ pub struct BuildStats {
     pub unlisted_keys: usize,
     /// Causal lists replaced by full ones ([`AttentionParams::global_full`]).
     pub unmasked_lists: usize,
+    /// The prune check's figures when it ran ([`AttentionParams::prune_check`]); the phase
+    /// times are those of the graph kept, `total_s` covers both graphs and the check.
+    pub prune_check: Option<PruneCheck>,
     /// The far check's figures when it ran ([`AttentionParams::far_check`]); the other phase
     /// times are those of the graph kept, `total_s` covers both builds and the check.
     pub far_check: Option<FarCheck>,
@@ -71,19 +78,34 @@ pub(super) fn build(
     cancel: &Cancel,
 ) -> Result<AttentionIndex> {
     let start = Instant::now();
-    let mut index = build_once(keys, train_queries, visible, params, knn, cancel)?;
+    let mut index = match (params.prune_check, params.train_on) {
+        (Some(other), TrainOn::Queries) => {
+            let lists = train_lists(&keys, train_queries, visible, params, knn, cancel)?;
+            let keys32 = lists.keys_f32(&keys);
+            let graph = |p: &AttentionParams| {
+                graph_from_lists(keys.clone(), &lists, &keys32, p, knn, cancel, start)
+            };
+            let asked = graph(params)?;
+            let t = Instant::now();
+            let other = graph(&AttentionParams {
+                prune: other,
+                prune_check: Some(params.prune),
+                ..params.clone()
+            })?;
+            keep_better_rule(asked, other, t, train_queries, visible, knn, cancel)?
+        }
+        _ => build_once(keys, train_queries, visible, params, knn, cancel)?,
+    };
     let stats = &index.stats;
     let far_share = stats.unmasked_lists as f64 / stats.train_queries.max(1) as f64;
     let far = visible.filter(|_| {
-        params.far_check > 0.0
-            && params.train_on == TrainOn::Queries
-            && far_share >= params.far_check
+        params.train_on == TrainOn::Queries
+            && params.far_check.is_some_and(|share| far_share >= share)
     });
     if let Some(visible) = far {
         keep_better_lists(&mut index, far_share, train_queries, visible, knn, cancel)?;
     }
-    if params.auto_ef > 0.0 && params.train_on == TrainOn::Queries {
-        let target = params.auto_ef;
+    if let (Some(target), TrainOn::Queries) = (params.auto_ef, params.train_on) {
         let measured = calibrate(&mut index, train_queries, visible, target, knn, cancel)?;
         index.stats.auto_ef = Some(measured);
     }
@@ -91,7 +113,7 @@ pub(super) fn build(
     Ok(index)
 }
 
-/// One build with the lists `params` ask for ([`build`] without the far check).
+/// One build with the lists `params` ask for ([`build`] without the checks).
 pub(super) fn build_once(
     keys: Arc<KeyStore>,
     train_queries: &[f32],
@@ -100,6 +122,41 @@ pub(super) fn build_once(
     knn: &dyn KnnBackend,
     cancel: &Cancel,
 ) -> Result<AttentionIndex> {
+    let start = Instant::now();
+    let lists = train_lists(&keys, train_queries, visible, params, knn, cancel)?;
+    let keys32 = lists.keys_f32(&keys);
+    graph_from_lists(keys, &lists, &keys32, params, knn, cancel, start)
+}
+
+/// The bipartite kNN's result (phase 1 of a build), from which graphs are made.
+pub(super) struct TrainLists {
+    /// One top-`kq` list per (thinned) training query.
+    lists: KnnResult,
+    /// The keys as f32 when they were the training queries ([`TrainOn::Keys`]).
+    key_queries: Option<Vec<f32>>,
+    kq: usize,
+    unmasked_lists: usize,
+    pooled_knn: Option<PooledKnn>,
+    knn_s: f64,
+}
+
+impl TrainLists {
+    /// The keys as f32 rows (the projection's and pruning's inner products).
+    pub(super) fn keys_f32(&self, keys: &KeyStore) -> Vec<f32> {
+        self.key_queries.clone().unwrap_or_else(|| keys.to_f32())
+    }
+}
+
+/// Phase 1: the validated params' training lists: thinning, the kNN [`TrainKnn`] asks for,
+/// far-looking causal lists unmasked.
+pub(super) fn train_lists(
+    keys: &Arc<KeyStore>,
+    train_queries: &[f32],
+    visible: Option<&[u32]>,
+    params: &AttentionParams,
+    knn: &dyn KnnBackend,
+    cancel: &Cancel,
+) -> Result<TrainLists> {
     params.validate()?;
     let start = Instant::now();
     let n = keys.len();
@@ -135,16 +192,15 @@ pub(super) fn build_once(
     let queries = thin(queries, keys.dim(), params.queries_per_key, n);
     let row_visible = visible.clone();
     let mut pooled_knn = None;
-    let mut lists = match (params.knn_probe, params.knn_graph) {
-        _ if params.knn_pool > 0 => {
-            let (lists, stats) =
-                pool_knn::pool_topk(&queries, &keys, kq, params.knn_pool, knn, cancel)?;
+    let mut lists = match params.knn {
+        TrainKnn::Pool { size } => {
+            let (lists, stats) = pool_knn::pool_topk(&queries, keys, kq, size, knn, cancel)?;
             pooled_knn = stats;
             lists
         }
-        (0, 0) => knn.topk(
+        TrainKnn::Exact => knn.topk(
             &queries,
-            &keys,
+            keys,
             kq,
             &KnnOptions {
                 causal: params.causal,
@@ -152,54 +208,46 @@ pub(super) fn build_once(
                 cancel: cancel.clone(),
             },
         )?,
-        (0, ef) => graph_knn::graph_topk(&keys, &queries, kq, ef, params, knn, cancel)?,
-        (nprobe, _) => coarse::topk(&queries, &keys, kq, nprobe, knn, cancel)?,
+        TrainKnn::Graph { ef } => {
+            graph_knn::graph_topk(keys, &queries, kq, ef, params, knn, cancel)?
+        }
+        TrainKnn::Probe { lists } => coarse::topk(&queries, keys, kq, lists, knn, cancel)?,
     };
     let mut unmasked_lists = 0;
-    if params.causal && params.global_full > 0.0 {
-        let rows = far_rows(&lists, row_visible.as_deref(), n, params.global_full);
-        unmask_rows(&mut lists, &rows, &queries, &keys, knn, cancel)?;
+    if let (Some(share), true) = (params.global_full, params.causal) {
+        let rows = far_rows(&lists, row_visible.as_deref(), n, share);
+        unmask_rows(&mut lists, &rows, &queries, keys, knn, cancel)?;
         unmasked_lists = rows.len();
     }
     cancel.check("AttentionIndex build")?;
-    let knn_s = start.elapsed().as_secs_f64();
+    Ok(TrainLists {
+        lists,
+        key_queries,
+        kq,
+        unmasked_lists,
+        pooled_knn,
+        knn_s: start.elapsed().as_secs_f64(),
+    })
+}
 
+/// Phases 2 and 3: the graph `params` (its projection, pruning, entries and connectivity)
+/// make from `lists`, with `keys32` the keys as f32 ([`TrainLists::keys_f32`]); `start` is
+/// when the build began (its `total_s`).
+pub(super) fn graph_from_lists(
+    keys: Arc<KeyStore>,
+    train: &TrainLists,
+    keys32: &[f32],
+    params: &AttentionParams,
+    knn: &dyn KnnBackend,
+    cancel: &Cancel,
+    start: Instant,
+) -> Result<AttentionIndex> {
+    let (n, dim, lists) = (keys.len(), keys.dim(), &train.lists);
     let t = Instant::now();
-    let occurrences = Occurrences::new(&lists, n);
+    let occurrences = Occurrences::new(lists, n);
     let unlisted_keys = (0..n as u32).filter(|&v| occurrences.count(v) == 0).count();
-    let keys32 = key_queries.unwrap_or_else(|| keys.to_f32());
-    let dim = keys.dim();
-    let mut adj: Vec<Vec<u32>> = (0..n as u32)
-        .into_par_iter()
-        .map_init(
-            || Tally::new(n),
-            |tally, v| {
-                let cands = candidates(v, &lists, &occurrences, params, &keys32, dim, tally);
-                let cap = match params.prune_candidates {
-                    0 => usize::MAX,
-                    cap => cap,
-                };
-                let ranked = BestFirst::new(cands).take(cap);
-                let mut out = sequence_neighbors(v, n, params.sequence_edges, params.max_degree);
-                for c in select(v, ranked, params, &keys32, dim) {
-                    if out.len() >= params.max_degree {
-                        break;
-                    }
-                    if !out.contains(&c) {
-                        out.push(c);
-                    }
-                }
-                out
-            },
-        )
-        .collect();
-    add_reverse_edges(&mut adj, params.max_degree);
-    let mut entries = choose_entries(params, &occurrences, &lists, &keys32, dim);
-    for v in (n.saturating_sub(params.recent_entries)..n).rev() {
-        if !entries.contains(&(v as u32)) {
-            entries.push(v as u32);
-        }
-    }
+    let mut adj = project(lists, &occurrences, params, keys32, dim);
+    let entries = entry_points(params, &occurrences, lists, keys32, dim);
     let projection_s = t.elapsed().as_secs_f64();
     cancel.check("AttentionIndex build")?;
 
@@ -210,350 +258,24 @@ pub(super) fn build_once(
     let graph = Csr::from_lists(&adj)?;
     let stats = BuildStats {
         train_queries: lists.rows(),
-        kq,
-        knn_s,
+        kq: train.kq,
+        knn_s: train.knn_s,
         projection_s,
         connectivity_s,
         total_s: start.elapsed().as_secs_f64(),
         linked_unreachable: linked,
         unlisted_keys,
-        unmasked_lists,
+        unmasked_lists: train.unmasked_lists,
+        prune_check: None,
         far_check: None,
         auto_ef: None,
-        pooled_knn,
+        pooled_knn: train.pooled_knn.clone(),
         edges: graph.edges(),
         knn_backend: knn.name(),
     };
     let mut index = AttentionIndex::from_parts(keys, graph, entries, params)?;
     index.stats = stats;
     Ok(index)
-}
-
-/// For each key, the (query row, rank) pairs of the training-query lists it appears in
-/// (an inverted index of the bipartite graph, CSR-packed).
-struct Occurrences {
-    offsets: Vec<u32>,
-    entries: Vec<(u32, u32)>,
-}
-
-impl Occurrences {
-    fn new(lists: &KnnResult, n: usize) -> Self {
-        let mut counts = vec![0u32; n + 1];
-        for r in 0..lists.rows() {
-            for &id in lists.row(r) {
-                counts[id as usize + 1] += 1;
-            }
-        }
-        for i in 0..n {
-            counts[i + 1] += counts[i];
-        }
-        let mut fill = counts.clone();
-        let mut entries = vec![(0u32, 0u32); counts[n] as usize];
-        for r in 0..lists.rows() {
-            for (rank, &id) in lists.row(r).iter().enumerate() {
-                let slot = &mut fill[id as usize];
-                entries[*slot as usize] = (r as u32, rank as u32);
-                *slot += 1;
-            }
-        }
-        Occurrences {
-            offsets: counts,
-            entries,
-        }
-    }
-
-    fn of(&self, v: u32) -> &[(u32, u32)] {
-        &self.entries[self.offsets[v as usize] as usize..self.offsets[v as usize + 1] as usize]
-    }
-
-    fn count(&self, v: u32) -> usize {
-        self.of(v).len()
-    }
-}
-
-/// Per-thread sums of candidate weights over all keys (dense, so that a key's thousands of
-/// (candidate, weight) pairs are summed in place instead of sorted); reset after each key by
-/// the ids it touched.
-struct Tally {
-    weight: Vec<f32>,
-    seen: Vec<bool>,
-    touched: Vec<u32>,
-}
-
-impl Tally {
-    fn new(n: usize) -> Self {
-        Tally {
-            weight: vec![0.0; n],
-            seen: vec![false; n],
-            touched: Vec::new(),
-        }
-    }
-
-    fn add(&mut self, c: u32, w: f32) {
-        let i = c as usize;
-        if !self.seen[i] {
-            self.seen[i] = true;
-            self.touched.push(c);
-        }
-        self.weight[i] += w;
-    }
-
-    /// The `(weight, id)` of every touched id (in the order first touched), then cleared.
-    fn drain(&mut self) -> Vec<(f32, u32)> {
-        let out = self
-            .touched
-            .iter()
-            .map(|&c| (self.weight[c as usize], c))
-            .collect();
-        for &c in &self.touched {
-            self.weight[c as usize] = 0.0;
-            self.seen[c as usize] = false;
-        }
-        self.touched.clear();
-        out
-    }
-}
-
-/// How many occurrences ahead the projection prefetches a list window.
-const PREFETCH_OCCURRENCES: usize = 8;
-
-/// Candidate neighbours of `v` with a weight (higher is better), deduplicated, in no order
-/// ([`BestFirst`] ranks them).
-///
-/// Rank weights are small integers, so their f32 sums are exact in any order: the tally gives
-/// the same weights as a sort by id would, and the ranking (by weight, then id) the same list.
-fn candidates(
-    v: u32,
-    lists: &KnnResult,
-    occ: &Occurrences,
-    params: &AttentionParams,
-    keys: &[f32],
-    dim: usize,
-    tally: &mut Tally,
-) -> Vec<(f32, u32)> {
-    match params.projection {
-        Projection::Pivot => {
-            for &(row, rank) in occ.of(v) {
-                if rank == 0 {
-                    for &c in &lists.row(row as usize)[1..] {
-                        if c != v {
-                            tally.add(c, 0.0);
-                        }
-                    }
-                }
-            }
-        }
-        Projection::Rank { window } => {
-            let occurrences = occ.of(v);
-            for (i, &(row, rank)) in occurrences.iter().enumerate() {
-                // The lists a key occurs in lie anywhere in the kNN result (52 MB at 131K
-                // queries): ask for the window a few occurrences ahead so that the misses
-                // overlap.
-                if let Some(&(ahead, at)) = occurrences.get(i + PREFETCH_OCCURRENCES) {
-                    let (start, at) = (ahead as usize * lists.k, at as usize);
-                    let lo = start + at.saturating_sub(window);
-                    let hi = (start + at + window + 1).min(start + lists.k);
-                    crate::metric::prefetch(&lists.ids[lo..hi]);
-                }
-                let list = lists.row(row as usize);
-                let (rank, w) = (rank as usize, window);
-                let lo = rank.saturating_sub(w);
-                let hi = (rank + w + 1).min(list.len());
-                for (j, &c) in list.iter().enumerate().take(hi).skip(lo) {
-                    if j != rank && c != v {
-                        tally.add(c, (w + 1 - rank.abs_diff(j)) as f32);
-                    }
-                }
-            }
-        }
-    }
-    let mut out = tally.drain();
-    if let Projection::Rank { .. } = params.projection {
-        // Co-occurrence counts favour keys that every query retrieves (attention sinks, hot
-        // keys), which search finds anyway; normalise like a cosine of occurrence vectors so
-        // that edges join keys retrieved by the *same* queries.
-        let cu = (occ.count(v).max(1) as f32).sqrt();
-        for cand in out.iter_mut() {
-            let cc = (occ.count(cand.1).max(1) as f32).sqrt();
-            cand.0 /= cu * cc;
-        }
-    }
-    if let Projection::Pivot = params.projection {
-        // RoarGraph orders a pivot's candidates by closeness to the pivot itself.
-        let dot = kernels().dot_f32;
-        let kv = &keys[v as usize * dim..(v as usize + 1) * dim];
-        for cand in out.iter_mut() {
-            let c = cand.1 as usize;
-            cand.0 = dot(kv, &keys[c * dim..(c + 1) * dim]);
-        }
-    }
-    out
-}
-
-/// The order of `(weight, id)` pairs, weight highest first ([`f32::total_cmp`]), then id, as one
-/// `u64` per pair: comparing those is about twice as fast as comparing the pairs.
-fn best_first_key(&(w, id): &(f32, u32)) -> u64 {
-    // `total_cmp`'s key: flip the magnitude bits of negatives, then the sign bit makes the
-    // order unsigned; inverted for highest first.
-    let b = w.to_bits();
-    let ord = b ^ ((((b as i32) >> 31) as u32) >> 1) ^ 0x8000_0000;
-    (u64::from(!ord) << 32) | u64::from(id)
-}
-
-/// Sorts `(weight, id)` pairs best first ([`best_first_key`]).
-#[cfg(test)]
-fn sort_best_first(cands: &mut [(f32, u32)]) {
-    cands.sort_unstable_by_key(best_first_key);
-}
-
-/// Candidates sorted at first only as far as this many are read; each further chunk doubles.
-const FIRST_RANKED: usize = 64;
-
-/// The ids of `(weight, id)` pairs in [`best_first_key`] order, ranked lazily: each chunk is
-/// selected from the rest in linear time and only that chunk sorted. Pruning usually reads a
-/// few dozen of a key's thousands of candidates, so this replaces a full sort per key by a
-/// selection, and yields exactly the order the full sort gives (the keys are distinct).
-struct BestFirst {
-    items: Vec<(f32, u32)>,
-    next: usize,
-    sorted: usize,
-}
-
-impl BestFirst {
-    fn new(items: Vec<(f32, u32)>) -> Self {
-        BestFirst {
-            items,
-            next: 0,
-            sorted: 0,
-        }
-    }
-}
-
-impl Iterator for BestFirst {
-    type Item = u32;
-
-    fn next(&mut self) -> Option<u32> {
-        if self.next == self.sorted {
-            let rest = &mut self.items[self.next..];
-            if rest.is_empty() {
-                return None;
-            }
-            let chunk = FIRST_RANKED.max(self.sorted).min(rest.len());
-            if chunk < rest.len() {
-                rest.select_nth_unstable_by_key(chunk - 1, best_first_key);
-            }
-            rest[..chunk].sort_unstable_by_key(best_first_key);
-            self.sorted += chunk;
-        }
-        self.next += 1;
-        Some(self.items[self.next - 1].1)
-    }
-}
-
-/// Cuts candidates (ids, best first) down to `max_degree` out-edges by the params' rule,
-/// with `v`'s own row as the pivot.
-pub(super) fn select(
-    v: u32,
-    cands: impl IntoIterator<Item = u32>,
-    params: &AttentionParams,
-    keys: &[f32],
-    dim: usize,
-) -> Vec<u32> {
-    let row = |i: u32| &keys[i as usize * dim..(i as usize + 1) * dim];
-    prune(params.prune, row(v), cands, params.max_degree, row)
-}
-
-/// The keys within `s` positions of `v` (nearest first), at most `max` of them.
-fn sequence_neighbors(v: u32, n: usize, s: usize, max: usize) -> Vec<u32> {
-    let mut out = Vec::with_capacity(2 * s);
-    for dist in 1..=s as u32 {
-        if let Some(before) = v.checked_sub(dist) {
-            out.push(before);
-        }
-        if ((v + dist) as usize) < n {
-            out.push(v + dist);
-        }
-    }
-    out.truncate(max);
-    out
-}
-
-/// Adds `c → v` for every edge `v → c` where `c` has fewer than `max_degree` out-edges.
-fn add_reverse_edges(adj: &mut [Vec<u32>], max_degree: usize) {
-    let forward: Vec<(u32, u32)> = adj
-        .iter()
-        .enumerate()
-        .flat_map(|(v, l)| l.iter().map(move |&c| (c, v as u32)))
-        .collect();
-    for (c, v) in forward {
-        let list = &mut adj[c as usize];
-        if list.len() < max_degree && !list.contains(&v) {
-            list.push(v);
-        }
-    }
-}
-
-fn choose_entries(
-    params: &AttentionParams,
-    occ: &Occurrences,
-    lists: &KnnResult,
-    keys: &[f32],
-    dim: usize,
-) -> Vec<u32> {
-    let n = keys.len() / dim;
-    let count = params.entry_count.min(n);
-    match params.entry {
-        EntryRule::L2Medoid => {
-            let mut mean = vec![0.0f64; dim];
-            for row in keys.chunks_exact(dim) {
-                for (m, &x) in mean.iter_mut().zip(row) {
-                    *m += x as f64;
-                }
-            }
-            mean.iter_mut().for_each(|m| *m /= n as f64);
-            let mut dist: Vec<(f64, u32)> = keys
-                .chunks_exact(dim)
-                .enumerate()
-                .map(|(i, row)| {
-                    let d2 = row
-                        .iter()
-                        .zip(&mean)
-                        .map(|(&x, m)| (x as f64 - m).powi(2))
-                        .sum::<f64>();
-                    (d2, i as u32)
-                })
-                .collect();
-            dist.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            dist.into_iter().take(count).map(|x| x.1).collect()
-        }
-        EntryRule::Hub => {
-            let mut by_count: Vec<(usize, u32)> =
-                (0..n as u32).map(|v| (occ.count(v), v)).collect();
-            by_count.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            by_count.into_iter().take(count).map(|x| x.1).collect()
-        }
-        EntryRule::RecentHub { queries } => {
-            let mut counts = vec![0usize; n];
-            let rows = lists.rows();
-            for r in rows.saturating_sub(queries)..rows {
-                for &id in lists.row(r) {
-                    counts[id as usize] += 1;
-                }
-            }
-            let mut by_count: Vec<(usize, u32)> = counts
-                .iter()
-                .enumerate()
-                .filter(|x| *x.1 > 0)
-                .map(|(v, &c)| (c, v as u32))
-                .collect();
-            by_count.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            let mut out: Vec<u32> = by_count.into_iter().take(count).map(|x| x.1).collect();
-            if out.is_empty() {
-                out.push(0);
-            }
-            out
-        }
-    }
 }
 
 /// Links every key that the entry points cannot reach ([`repair::connect`]); returns how many
@@ -601,62 +323,4 @@ fn connect(
         found.extend_from_slice(&out.ids);
     };
     repair::connect(adj, &rule, near, cancel)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{sort_best_first, BestFirst};
-    use proptest::prelude::*;
-
-    proptest! {
-        /// The lazy ranking yields the full sort's order, whole or cut short, at any size
-        /// around its chunk boundaries and with many tied weights.
-        #[test]
-        fn best_first_is_the_full_sort_read_lazily(
-            weights in proptest::collection::vec(-8i32..8, 0..700),
-            take in 0usize..800,
-        ) {
-            let items: Vec<(f32, u32)> = weights
-                .iter()
-                .enumerate()
-                .map(|(i, &w)| (w as f32 / 4.0, (i as u32 * 7919) % 10_007))
-                .collect();
-            let mut want = items.clone();
-            sort_best_first(&mut want);
-            let want: Vec<u32> = want.iter().map(|x| x.1).take(take).collect();
-            let got: Vec<u32> = BestFirst::new(items).take(take).collect();
-            prop_assert_eq!(got, want);
-        }
-    }
-
-    #[test]
-    fn packed_sort_matches_the_pair_comparison() {
-        let specials = [
-            0.0,
-            -0.0,
-            1.0,
-            -1.0,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            1e-40,
-            -1e-40,
-        ];
-        let mut x: Vec<(f32, u32)> = specials
-            .iter()
-            .enumerate()
-            .map(|(i, &w)| (w, i as u32))
-            .collect();
-        let mut state = 0x9e37_79b9u32;
-        for id in 0..500u32 {
-            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            // Few distinct weights, so that ties are broken by id.
-            let w = ((state >> 24) as i32 - 128) as f32 / 16.0;
-            x.push((w, 1000 + (id * 7919) % 500));
-        }
-        let mut want = x.clone();
-        want.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        sort_best_first(&mut x);
-        let bits = |v: &[(f32, u32)]| v.iter().map(|c| (c.0.to_bits(), c.1)).collect::<Vec<_>>();
-        assert_eq!(bits(&x), bits(&want));
-    }
 }

@@ -69,6 +69,14 @@ impl std::fmt::Display for FarCheck {
     }
 }
 
+/// The query heads of a pooled group's rows: maximal runs of rows whose visible counts do not
+/// fall (as [`check_rows`] splits them, before it drops the heads without check rows).
+pub(super) fn head_runs(visible: &[u32]) -> usize {
+    (0..visible.len())
+        .filter(|&r| r == 0 || visible[r] < visible[r - 1])
+        .count()
+}
+
 /// The check rows of a pooled group, per query head: rows not kept by the thinning
 /// (`thinned_rows(m, per_key, n)`) whose query sees one of the last [`CHECK_RECENT`] keys, the
 /// last [`CHECK_PER_HEAD`] of them per head (the nearest to the decode queries). A head is a
@@ -296,9 +304,9 @@ pub(super) fn keep_better_lists(
     let params = index.params.clone();
     let full_params = AttentionParams {
         causal: false,
-        global_full: 0.0,
-        far_check: 0.0,
-        auto_ef: 0.0,
+        global_full: None,
+        far_check: None,
+        auto_ef: None,
         ..params.clone()
     };
     let keys = index.keys.clone();

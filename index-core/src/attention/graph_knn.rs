@@ -114,7 +114,7 @@ fn graph_topk_from(
 #[cfg(test)]
 mod tests {
     use super::{graph_topk, graph_topk_from, GRAPH_KNN_FLOOR};
-    use crate::attention::AttentionParams;
+    use crate::attention::{AttentionParams, TrainKnn};
     use crate::cancel::Cancel;
     use crate::knn::{CpuKnn, KnnBackend, KnnOptions};
     use crate::store::KeyStore;
@@ -130,7 +130,7 @@ mod tests {
         let keys = Arc::new(KeyStore::from_f32(data.keys[..n * dim].to_vec(), dim).expect("keys"));
         let queries = &data.train_queries[..m * dim];
         let params = AttentionParams {
-            knn_graph: 64,
+            knn: TrainKnn::Graph { ef: 64 },
             ..AttentionParams::default()
         };
         let cancel = Cancel::new();

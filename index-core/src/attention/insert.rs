@@ -241,7 +241,7 @@ pub(super) fn prune_candidates(
 
 #[cfg(test)]
 mod tests {
-    use super::super::build::select;
+    use super::super::projection::select;
     use super::*;
     use crate::attention::AttentionParams;
 

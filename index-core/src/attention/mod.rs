@@ -3,10 +3,17 @@
 //! | file | job |
 //! |---|---|
 //! | `params.rs` | build parameters, presets (ours, the RoarGraph recipe, the key–key graph) |
-//! | `build.rs` | bipartite kNN → projection → pruning → reverse edges → connectivity |
-//! | `coarse.rs` | approximate top-`kq` lists of the build through a coarse IVF (`knn_probe`) |
-//! | `graph_knn.rs` | approximate top-`kq` lists of the build searched in a graph built first (`knn_graph`) |
-//! | `pool_knn.rs` | approximate top-`kq` lists of the build from pools shared by clustered queries (`knn_pool`) |
+//! | `build.rs` | the build's phases in order: bipartite kNN → projection → connectivity → far check, `ef` calibration |
+//! | `coarse.rs` | approximate top-`kq` lists of the build through a coarse IVF ([`TrainKnn::Probe`]) |
+//! | `graph_knn.rs` | approximate top-`kq` lists of the build searched in a graph built first ([`TrainKnn::Graph`]) |
+//! | `pool_knn.rs` | approximate top-`kq` lists of the build from pools shared by clustered queries ([`TrainKnn::Pool`]) |
+//! | `train_lists.rs` | thinning of the training queries, and causal lists unmasked ([`AttentionParams::global_full`]) |
+//! | `projection.rs` | lists → each key's ranked candidates → pruned out-edges, sequence and reverse edges |
+//! | `entries.rs` | the entry points a build chooses ([`EntryRule`], recent keys) |
+//! | `prune_check.rs` | the prune check: the same lists pruned by two rules, one kept on held-out recent queries |
+//! | `far_check.rs` | the far check: causal or full lists, chosen on held-out recent queries |
+//! | `auto_ef.rs` | the `ef` a build measures its held-out recent queries need ([`AutoEf`]) |
+//! | `file.rs` | the index's file sections |
 //! | `insert.rs` | query-aware insertion of keys that arrive after the build (decode) |
 //! | `mod.rs` | the index and its search |
 //!
@@ -22,12 +29,15 @@
 mod auto_ef;
 mod build;
 mod coarse;
+mod entries;
 mod far_check;
 mod file;
 mod graph_knn;
 mod insert;
 mod params;
 mod pool_knn;
+mod projection;
+mod prune_check;
 mod train_lists;
 
 pub use crate::codes::Codes;
@@ -35,8 +45,9 @@ pub use crate::graph::Prune;
 pub use auto_ef::AutoEf;
 pub use build::BuildStats;
 pub use far_check::FarCheck;
-pub use params::{AttentionParams, EntryRule, Projection, TrainOn};
+pub use params::{off_at_zero, AttentionParams, EntryRule, Projection, TrainKnn, TrainOn};
 pub use pool_knn::PooledKnn;
+pub use prune_check::PruneCheck;
 
 use crate::cancel::Cancel;
 use crate::codes::KeyCodes;
@@ -219,6 +230,13 @@ impl AttentionIndex {
         &self.params
     }
 
+    /// The `ef` of a search that sets none, for query head `head` ([`SearchParams::head`]):
+    /// the head's measured one where the build measured one per head, else `default_ef`.
+    pub fn default_ef(&self, head: Option<usize>) -> usize {
+        head.and_then(|h| self.params.head_ef.get(h).copied())
+            .unwrap_or(self.params.default_ef)
+    }
+
     /// What the build did and how long each phase took.
     pub fn build_stats(&self) -> &BuildStats {
         &self.stats
@@ -262,7 +280,7 @@ impl AnnIndex for AttentionIndex {
         out: &mut SearchOutput,
     ) -> Result<()> {
         check_query(query, self.keys.dim(), k, self.keys.len())?;
-        let settings = BeamSettings::for_search(params, k, self.params.default_ef)?;
+        let settings = BeamSettings::for_search(params, k, self.default_ef(params.head))?;
         let scorer = self.keys.scorer();
         let entries: [&[u32]; 2] = [&self.entries, seeds];
         match &self.codes {

@@ -52,6 +52,124 @@ impl TrainOn {
     }
 }
 
+/// How the build finds each training query's top-`kq` keys (the bipartite kNN).
+///
+/// Files write it as the three fields it replaced (`knn_probe`, `knn_graph`, `knn_pool`, each
+/// absent when not chosen), so files are byte-identical to those written before it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "KnnFields", try_from = "KnnFields")]
+pub enum TrainKnn {
+    /// Each query's exact top-`kq` ([`crate::KnnBackend`]).
+    #[default]
+    Exact,
+    /// Its best keys among those of its `lists` nearest lists of a coarse IVF over the keys
+    /// (`round(4·√n)` lists; the centroid search still goes through the backend): about `√n`
+    /// inner products per query instead of `n` (issue 27). Not with `causal`.
+    Probe { lists: usize },
+    /// Its top-`kq` searched (`ef`) in an index built from an evenly strided quarter of the
+    /// queries, itself built the same way, down to a level of at most 8,192 queries whose lists
+    /// are exact: the kNN reads the graph built so far instead of every key (issue 27). Below
+    /// `512 · ef` keys, where a search costs more than an exact scan, the kNN stays exact. Not
+    /// with `causal`.
+    Graph { ef: usize },
+    /// The training queries are clustered (spherical k-means, `round(4·√m)` clusters), each
+    /// cluster's pool is the exact top-`size` keys of its mean query, and each query's
+    /// top-`kq` is taken from its cluster's pool: matrix products of `m·size + √m·n` inner
+    /// products instead of `m·n` (issue 27). While the pools would hold a quarter of the keys
+    /// or more, the kNN stays exact. `size` at least `kq`; not with `causal`.
+    Pool { size: usize },
+}
+
+impl TrainKnn {
+    /// The params field (and spec key, with `-`) that chooses this strategy; `None` for the
+    /// exact kNN.
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            TrainKnn::Exact => None,
+            TrainKnn::Probe { .. } => Some("knn_probe"),
+            TrainKnn::Graph { .. } => Some("knn_graph"),
+            TrainKnn::Pool { .. } => Some("knn_pool"),
+        }
+    }
+
+    /// The strategy's one number (lists, `ef` or pool size); 0 for the exact kNN.
+    pub fn size(&self) -> usize {
+        match *self {
+            TrainKnn::Exact => 0,
+            TrainKnn::Probe { lists } => lists,
+            TrainKnn::Graph { ef } => ef,
+            TrainKnn::Pool { size } => size,
+        }
+    }
+
+    /// The strategy a params field names with `size` (0: the exact kNN); `None` for a field
+    /// that names none.
+    pub fn from_field(field: &str, size: usize) -> Option<TrainKnn> {
+        Some(match (field, size) {
+            ("knn_probe" | "knn_graph" | "knn_pool", 0) => TrainKnn::Exact,
+            ("knn_probe", lists) => TrainKnn::Probe { lists },
+            ("knn_graph", ef) => TrainKnn::Graph { ef },
+            ("knn_pool", size) => TrainKnn::Pool { size },
+            _ => return None,
+        })
+    }
+}
+
+/// [`TrainKnn`] as files write it: one field per strategy, 0 (absent) when not chosen.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct KnnFields {
+    #[serde(default, skip_serializing_if = "is_zero")]
+    knn_probe: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    knn_graph: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    knn_pool: usize,
+}
+
+impl From<TrainKnn> for KnnFields {
+    fn from(k: TrainKnn) -> Self {
+        let mut f = KnnFields::default();
+        match k {
+            TrainKnn::Exact => {}
+            TrainKnn::Probe { lists } => f.knn_probe = lists,
+            TrainKnn::Graph { ef } => f.knn_graph = ef,
+            TrainKnn::Pool { size } => f.knn_pool = size,
+        }
+        f
+    }
+}
+
+impl TryFrom<KnnFields> for TrainKnn {
+    type Error = String;
+
+    fn try_from(f: KnnFields) -> std::result::Result<Self, String> {
+        match (f.knn_probe, f.knn_graph, f.knn_pool) {
+            (0, 0, 0) => Ok(TrainKnn::Exact),
+            (lists, 0, 0) => Ok(TrainKnn::Probe { lists }),
+            (0, ef, 0) => Ok(TrainKnn::Graph { ef }),
+            (0, 0, size) => Ok(TrainKnn::Pool { size }),
+            (p, g, s) => Err(format!(
+                "more than one kNN strategy (knn_probe {p}, knn_graph {g}, knn_pool {s})"
+            )),
+        }
+    }
+}
+
+/// A share or recall given as a number where 0 says off (spec strings, Python keywords): the
+/// `Option` of [`AttentionParams::global_full`], `far_check` and `auto_ef`.
+pub fn off_at_zero(x: f64) -> Option<f64> {
+    (x != 0.0).then_some(x)
+}
+
+/// A share or recall that is off when absent: files never write the `None` (nor did they
+/// write the 0 that meant off before the `Option`), and a 0 read is `None`.
+fn share_or_none<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<f64>, D::Error> {
+    let x: Option<f64> = serde::Deserialize::deserialize(d)?;
+    Ok(x.and_then(off_at_zero))
+}
+
 /// Build parameters of the query-aware graph.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AttentionParams {
@@ -74,6 +192,12 @@ pub struct AttentionParams {
     pub build_ef: usize,
     /// `ef` of searches that do not set one (raised to `k` when smaller).
     pub default_ef: usize,
+    /// Per query head of the group (in the order the build pooled their queries), the `ef` of
+    /// its searches that do not set one ([`crate::SearchParams::head`]); empty: `default_ef`
+    /// for every head. `auto_ef` measures it, so that a head whose queries a short beam
+    /// serves does not search at the group's worst head's `ef` (issue 44).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub head_ef: Vec<usize>,
     /// Each training query's top-`kq` comes only from the keys it could attend to: keys
     /// `0..=i` for query `i`, or the counts the build is given per query
     /// ([`crate::AttentionIndex::build_visible`]: a GQA group's pooled queries, keys after the
@@ -91,53 +215,54 @@ pub struct AttentionParams {
     pub queries_per_key: f64,
     /// With `causal`: a training query whose causal top-`kq` looks far back (it sees more than
     /// 1,024 keys and less than this share of its list lies among the last 1,024 of them) gets
-    /// its top-`kq` over every key instead (0: off). A causal list ties each key only to the
+    /// its top-`kq` over every key instead (`None`: off). A causal list ties each key only to the
     /// queries after it, which suits queries that attend near their position; a query that
     /// wants keys from the whole context (Gemma 3 layer 5 head 1 at 32K) also needs the keys
     /// past its position that it would want, because decode queries see them (issue 27).
-    #[serde(default, skip_serializing_if = "is_zero_f64")]
-    pub global_full: f64,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "share_or_none"
+    )]
+    pub global_full: Option<f64>,
     /// With `global_full`: when at least this share of the training queries had their causal
     /// lists unmasked (a KV group that reads from the whole context), the build also makes the
     /// graph of full lists (the same queries, no mask) and keeps the one whose worst query head
-    /// scans fewer keys for recall@100 0.95 on held-out recent prefill queries (0: off). Such
+    /// scans fewer keys for recall@100 0.95 on held-out recent prefill queries (`None`: off). Such
     /// a group then costs two builds; the others one (issue 27).
-    #[serde(default, skip_serializing_if = "is_zero_f64")]
-    pub far_check: f64,
-    /// 0: off. Otherwise the build measures the `ef` at which every query head's mean
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "share_or_none"
+    )]
+    pub far_check: Option<f64>,
+    /// `None`: off. Otherwise the build measures the `ef` at which every query head's mean
     /// recall@100 on held-out recent prefill queries (those of the far check) reaches this
     /// share, against the exact top-100 of the keys each saw, and raises `default_ef` to it: the
     /// beam a graph needs grows with its keys, so a fixed default that serves 8K keys loses keys
     /// at 32K ([`super::AutoEf`]; issue 23).
-    #[serde(default, skip_serializing_if = "is_zero_f64")]
-    pub auto_ef: f64,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "share_or_none"
+    )]
+    pub auto_ef: Option<f64>,
+    /// `None`: off. Otherwise the build also makes the graph this rule prunes from the same
+    /// training lists and keeps the one whose worst query head scans fewer keys for recall@100
+    /// 0.95 on held-out recent prefill queries (those of the far check); the kept graph's
+    /// rule becomes `prune` and the other this field ([`super::PruneCheck`]; issue 50). The kNN
+    /// runs once; the projection and connectivity twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prune_check: Option<Prune>,
     /// Candidates per key that the pruning reads, best-weighted first (0: all of them). The
     /// occlusion rule compares each candidate with every kept edge, so an uncapped list makes
     /// the projection cost grow with the queries per key (issue 27).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub prune_candidates: usize,
-    /// 0: the exact top-`kq` of each training query ([`crate::KnnBackend`]). Otherwise its
-    /// best keys among those of its `knn_probe` nearest lists of a coarse IVF over the keys
-    /// (`round(4·√n)` lists; the centroid search still goes through the backend): about
-    /// `√n` inner products per query instead of `n` (issue 27).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub knn_probe: usize,
-    /// 0: off. Otherwise each training query's top-`kq` is searched (`ef = knn_graph`) in an
-    /// index built from an evenly strided quarter of the queries, itself built the same way,
-    /// down to a level of at most 8,192 queries whose lists are exact: the kNN reads the graph
-    /// built so far instead of every key (issue 27). Below `512 · knn_graph` keys, where a
-    /// search costs more than an exact scan, the kNN stays exact. Not with `causal` or
-    /// `knn_probe`.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub knn_graph: usize,
-    /// 0: off. Otherwise the training queries are clustered (spherical k-means,
-    /// `round(4·√m)` clusters), each cluster's pool is the exact top-`knn_pool` keys of its
-    /// mean query, and each query's top-`kq` is taken from its cluster's pool: matrix products
-    /// of `m·knn_pool + √m·n` inner products instead of `m·n` (issue 27). While the pools would
-    /// hold a quarter of the keys or more, the kNN stays exact. At least `kq`; not with
-    /// `causal`, `knn_probe` or `knn_graph`.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub knn_pool: usize,
+    /// How each training query's top-`kq` is found ([`TrainKnn`]; written as the fields
+    /// `knn_probe`, `knn_graph`, `knn_pool`, absent for the exact kNN).
+    #[serde(flatten)]
+    pub knn: TrainKnn,
     /// Codes the search traverses on ([`Codes`]; derived from the keys at build and load, not
     /// stored; absent from files without codes).
     #[serde(default, skip_serializing_if = "Codes::is_none")]
@@ -167,16 +292,16 @@ impl Default for AttentionParams {
             sequence_edges: 1,
             build_ef: 200,
             default_ef: 128,
+            head_ef: Vec::new(),
             causal: false,
             train_on: TrainOn::Queries,
             queries_per_key: 0.0,
-            global_full: 0.0,
-            far_check: 0.0,
-            auto_ef: 0.0,
+            global_full: None,
+            far_check: None,
+            auto_ef: None,
+            prune_check: None,
             prune_candidates: 0,
-            knn_probe: 0,
-            knn_graph: 0,
-            knn_pool: 0,
+            knn: TrainKnn::Exact,
             codes: Codes::None,
             rerank: 0,
         }
@@ -248,81 +373,62 @@ impl AttentionParams {
                 "must be a finite number at least 0 (0: all training queries)",
             ));
         }
-        if !(self.global_full.is_finite() && (0.0..=1.0).contains(&self.global_full)) {
+        let share = |field: &'static str, x: Option<f64>, what: &str| match x {
+            Some(x) if !(x.is_finite() && x > 0.0 && x <= 1.0) => Err(Error::invalid_param(
+                field,
+                x,
+                format!("must be {what} above 0 and at most 1 (absent: off)"),
+            )),
+            _ => Ok(()),
+        };
+        share("global_full", self.global_full, "a share")?;
+        share("far_check", self.far_check, "a share")?;
+        share("auto_ef", self.auto_ef, "a recall")?;
+        if self.prune_check == Some(self.prune) {
             return Err(Error::invalid_param(
-                "global_full",
-                self.global_full,
-                "must be a share from 0 to 1 (0: off)",
+                "prune_check",
+                self.prune,
+                "names the rule prune already asks for (check another rule, or none)",
             ));
         }
-        if self.global_full > 0.0 && !self.causal {
+        if let (Some(x), false) = (self.global_full, self.causal) {
             return Err(Error::invalid_param(
                 "global_full",
-                self.global_full,
+                x,
                 "unmasks some causal lists (without causal every list is full already)",
             ));
         }
-        if !(self.far_check.is_finite() && (0.0..=1.0).contains(&self.far_check)) {
+        if let (Some(x), None) = (self.far_check, self.global_full) {
             return Err(Error::invalid_param(
                 "far_check",
-                self.far_check,
-                "must be a share from 0 to 1 (0: off)",
-            ));
-        }
-        if self.far_check > 0.0 && self.global_full <= 0.0 {
-            return Err(Error::invalid_param(
-                "far_check",
-                self.far_check,
+                x,
                 "is triggered by the lists global_full unmasks (set causal and global_full)",
             ));
         }
-        if !(self.auto_ef.is_finite() && (0.0..=1.0).contains(&self.auto_ef)) {
+        if let (Some(field), 0) = (self.knn.field(), self.knn.size()) {
             return Err(Error::invalid_param(
-                "auto_ef",
-                self.auto_ef,
-                "must be a recall from 0 to 1 (0: off)",
+                field,
+                0,
+                "must be at least 1 (the exact kNN is TrainKnn::Exact)",
             ));
         }
-        if self.causal && self.knn_probe > 0 {
+        if let (Some(field), true) = (self.knn.field(), self.causal) {
+            let what = match self.knn {
+                TrainKnn::Probe { .. } => "coarse",
+                TrainKnn::Graph { .. } => "graph",
+                _ => "pooled",
+            };
             return Err(Error::invalid_param(
-                "knn_probe",
-                self.knn_probe,
-                "the coarse kNN has no causal mode (use the exact kNN with causal)",
+                field,
+                self.knn.size(),
+                format!("the {what} kNN has no causal mode (use the exact kNN with causal)"),
             ));
         }
-        if self.knn_graph > 0 && self.causal {
-            return Err(Error::invalid_param(
-                "knn_graph",
-                self.knn_graph,
-                "the graph kNN has no causal mode (use the exact kNN with causal)",
-            ));
-        }
-        if self.knn_graph > 0 && self.knn_probe > 0 {
-            return Err(Error::invalid_param(
-                "knn_graph",
-                self.knn_graph,
-                "choose one approximate kNN: knn_graph or knn_probe",
-            ));
-        }
-        if self.knn_pool > 0 {
-            if self.causal {
+        if let TrainKnn::Pool { size } = self.knn {
+            if size < self.kq {
                 return Err(Error::invalid_param(
                     "knn_pool",
-                    self.knn_pool,
-                    "the pooled kNN has no causal mode (use the exact kNN with causal)",
-                ));
-            }
-            if self.knn_graph > 0 || self.knn_probe > 0 {
-                return Err(Error::invalid_param(
-                    "knn_pool",
-                    self.knn_pool,
-                    "choose one approximate kNN: knn_pool, knn_graph or knn_probe",
-                ));
-            }
-            if self.knn_pool < self.kq {
-                return Err(Error::invalid_param(
-                    "knn_pool",
-                    self.knn_pool,
+                    size,
                     format!(
                         "must be at least kq = {} (each list comes from a pool)",
                         self.kq
@@ -334,5 +440,103 @@ impl AttentionParams {
             return Err(Error::invalid_param("window", 0, "must be at least 1"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{AttentionParams, TrainKnn};
+
+    /// Files keep the fields the enum and the `Option`s replaced, in their places: a strategy
+    /// is its one field, the exact kNN and `None` are absent, and a 0 read back is off.
+    #[test]
+    fn files_write_the_fields_the_enum_and_options_replaced() {
+        let json = |p: &AttentionParams| serde_json::to_string(p).expect("json");
+        let plain = json(&AttentionParams::default());
+        for absent in [
+            "knn_probe",
+            "knn_graph",
+            "knn_pool",
+            "global_full",
+            "far_check",
+        ] {
+            assert!(!plain.contains(absent), "{absent} in {plain}");
+        }
+        assert!(!plain.contains("auto_ef"), "{plain}");
+        let pooled = AttentionParams {
+            knn: TrainKnn::Pool { size: 200 },
+            causal: true,
+            global_full: Some(0.1),
+            far_check: Some(0.04),
+            auto_ef: Some(0.95),
+            prune_candidates: 64,
+            ..AttentionParams::default()
+        };
+        let text = json(&pooled);
+        assert!(
+            text.contains(
+                r#""global_full":0.1,"far_check":0.04,"auto_ef":0.95,"prune_candidates":64,"knn_pool":200}"#
+            ),
+            "{text}"
+        );
+        let back: AttentionParams = serde_json::from_str(&text).expect("read");
+        assert_eq!(back, pooled);
+        for (field, knn) in [
+            ("knn_probe", TrainKnn::Probe { lists: 8 }),
+            ("knn_graph", TrainKnn::Graph { ef: 64 }),
+            ("knn_pool", TrainKnn::Pool { size: 300 }),
+        ] {
+            let p = AttentionParams {
+                knn,
+                ..AttentionParams::default()
+            };
+            let text = json(&p);
+            assert!(
+                text.contains(&format!("\"{field}\":{}", knn.size())),
+                "{text}"
+            );
+            assert_eq!(knn.field(), Some(field));
+            assert_eq!(TrainKnn::from_field(field, knn.size()), Some(knn));
+            assert_eq!(
+                serde_json::from_str::<AttentionParams>(&text).expect("read"),
+                p
+            );
+        }
+        // Zeros written by hand read as off; two strategies are an error, not a choice.
+        let zeros = plain.replace('}', r#","global_full":0.0,"knn_pool":0}"#);
+        let read: AttentionParams = serde_json::from_str(&zeros).expect("zeros");
+        assert_eq!(read, AttentionParams::default());
+        let two = plain.replace('}', r#","knn_probe":8,"knn_pool":200}"#);
+        let err = serde_json::from_str::<AttentionParams>(&two).expect_err("two strategies");
+        assert!(
+            err.to_string().contains("more than one kNN strategy"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_strategy_of_size_zero_or_with_causal_lists_is_refused() {
+        for knn in [
+            TrainKnn::Probe { lists: 0 },
+            TrainKnn::Graph { ef: 0 },
+            TrainKnn::Pool { size: 0 },
+        ] {
+            let p = AttentionParams {
+                knn,
+                ..AttentionParams::default()
+            };
+            assert!(p.validate().is_err(), "{knn:?}");
+            let causal = AttentionParams {
+                knn: TrainKnn::from_field(knn.field().expect("field"), 500).expect("knn"),
+                causal: true,
+                ..AttentionParams::default()
+            };
+            assert!(causal.validate().is_err(), "{causal:?}");
+        }
+        let p = AttentionParams {
+            far_check: Some(0.1),
+            ..AttentionParams::default()
+        };
+        assert!(p.validate().is_err(), "far_check without global_full");
     }
 }

@@ -7,7 +7,9 @@
 //! attention graph trains on) have no key: the preset name says them.
 
 use super::IndexSpec;
-use crate::attention::{AttentionParams, Codes, EntryRule, Projection, Prune};
+use crate::attention::{
+    off_at_zero, AttentionParams, Codes, EntryRule, Projection, Prune, TrainKnn,
+};
 use crate::error::{Error, Result};
 use crate::hnsw::HnswParams;
 use crate::ivf::IvfParams;
@@ -42,6 +44,7 @@ const ATTENTION: &[Key] = &[
     key("global-full", "global_full"),
     key("far-check", "far_check"),
     key("auto-ef", "auto_ef"),
+    key("prune-check", "prune_check"),
     key("prune-cands", "prune_candidates"),
     key("knn-probe", "knn_probe"),
     key("knn-graph", "knn_graph"),
@@ -225,13 +228,17 @@ fn get(spec: &IndexSpec, name: &str) -> Option<String> {
             "default-ef" => p.default_ef.to_string(),
             "causal" => p.causal.to_string(),
             "queries-per-key" => p.queries_per_key.to_string(),
-            "global-full" => p.global_full.to_string(),
-            "far-check" => p.far_check.to_string(),
-            "auto-ef" => p.auto_ef.to_string(),
+            "global-full" => off_zero(p.global_full),
+            "far-check" => off_zero(p.far_check),
+            "auto-ef" => off_zero(p.auto_ef),
+            "prune-check" => p
+                .prune_check
+                .map_or_else(|| "none".into(), |r| r.to_string()),
             "prune-cands" => p.prune_candidates.to_string(),
-            "knn-probe" => p.knn_probe.to_string(),
-            "knn-graph" => p.knn_graph.to_string(),
-            "knn-pool" => p.knn_pool.to_string(),
+            "knn-probe" | "knn-graph" | "knn-pool" => match p.knn.field() {
+                Some(f) if f.replace('_', "-") == name => p.knn.size().to_string(),
+                _ => "0".into(),
+            },
             "codes" => p.codes.name().into(),
             "rerank" => p.rerank.to_string(),
             _ => return None,
@@ -347,16 +354,48 @@ fn set_attention(p: &mut AttentionParams, name: &'static str, value: &str) -> Re
         "default-ef" => p.default_ef = number(name, value)?,
         "causal" => p.causal = boolean(name, value)?,
         "queries-per-key" => p.queries_per_key = number(name, value)?,
-        "global-full" => p.global_full = number(name, value)?,
-        "far-check" => p.far_check = number(name, value)?,
-        "auto-ef" => p.auto_ef = number(name, value)?,
+        "global-full" => p.global_full = off_at_zero(number(name, value)?),
+        "far-check" => p.far_check = off_at_zero(number(name, value)?),
+        "auto-ef" => p.auto_ef = off_at_zero(number(name, value)?),
+        "prune-check" => {
+            p.prune_check = match value {
+                "none" => None,
+                rule => Some(rule.parse::<Prune>().map_err(|_| {
+                    Error::invalid_param(name, value, "expected top, occlusion, occlusion-fill or none")
+                })?),
+            }
+        }
         "prune-cands" => p.prune_candidates = number(name, value)?,
-        "knn-probe" => p.knn_probe = number(name, value)?,
-        "knn-graph" => p.knn_graph = number(name, value)?,
-        "knn-pool" => p.knn_pool = number(name, value)?,
+        "knn-probe" | "knn-graph" | "knn-pool" => {
+            let field = name.replace('-', "_");
+            let size: usize = number(name, value)?;
+            match (p.knn.field(), size) {
+                // `knn-X=0`: the exact kNN, unless another key chose a strategy.
+                (Some(other), 0) if other != field => {}
+                (Some(other), _) if other != field => {
+                    return Err(Error::invalid_param(
+                        name,
+                        value,
+                        format!(
+                            "choose one approximate kNN: {} is set (knn-probe, knn-graph or \
+                             knn-pool)",
+                            other.replace('_', "-")
+                        ),
+                    ))
+                }
+                _ => {
+                    p.knn = TrainKnn::from_field(&field, size).ok_or_else(|| unknown(name))?
+                }
+            }
+        }
         _ => return Err(unknown(name)),
     }
     Ok(())
+}
+
+/// An optional share as a spec string prints it: 0 when off.
+fn off_zero(x: Option<f64>) -> String {
+    x.unwrap_or(0.0).to_string()
 }
 
 fn set_hnsw(p: &mut HnswParams, name: &'static str, value: &str) -> Result<()> {

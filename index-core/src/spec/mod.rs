@@ -157,9 +157,9 @@ impl IndexSpec {
         IndexSpec::Attention(AttentionParams {
             causal: true,
             queries_per_key: 1.25,
-            global_full: 0.1,
-            far_check: 0.04,
-            auto_ef: 0.95,
+            global_full: Some(0.1),
+            far_check: Some(0.04),
+            auto_ef: Some(0.95),
             ..AttentionParams::default()
         })
     }

@@ -330,9 +330,13 @@ fn describe(index: &AnyIndex, elapsed: Duration) -> Option<String> {
                 0 => String::new(),
                 u => format!(", {u} causal lists unmasked"),
             };
-            let far = match &s.far_check {
+            let far = match &s.prune_check {
                 None => String::new(),
-                Some(f) => format!("; {f}"),
+                Some(p) => format!("; {p}"),
+            };
+            let far = match &s.far_check {
+                None => far,
+                Some(f) => format!("{far}; {f}"),
             };
             let far = match &s.auto_ef {
                 None => far,

@@ -38,6 +38,11 @@ pub(super) fn build_rest(
             t.far_kept_full
                 .fetch_add(u64::from(f.kept_full), Ordering::Relaxed);
         }
+        if let Some(p) = &stats.prune_check {
+            t.prune_checked.fetch_add(1, Ordering::Relaxed);
+            t.prune_kept_other
+                .fetch_add(u64::from(p.kept_other), Ordering::Relaxed);
+        }
         if stats.auto_ef.is_some() {
             t.auto_ef_measured.fetch_add(1, Ordering::Relaxed);
         }
@@ -63,6 +68,10 @@ pub struct BuildTally {
     /// Builds that measured the `ef` (`auto-ef`), and of those, the ones that raised it.
     pub auto_ef_measured: u64,
     pub auto_ef_raised: u64,
+    /// Builds that ran the prune check, and of those, the ones that kept the checked rule's
+    /// graph (`prune-check`) over the asked one's.
+    pub prune_checked: u64,
+    pub prune_kept_other: u64,
 }
 
 impl std::ops::Sub for BuildTally {
@@ -74,6 +83,8 @@ impl std::ops::Sub for BuildTally {
             far_kept_full: self.far_kept_full - b.far_kept_full,
             auto_ef_measured: self.auto_ef_measured - b.auto_ef_measured,
             auto_ef_raised: self.auto_ef_raised - b.auto_ef_raised,
+            prune_checked: self.prune_checked - b.prune_checked,
+            prune_kept_other: self.prune_kept_other - b.prune_kept_other,
         }
     }
 }
@@ -84,6 +95,8 @@ struct AtomicTally {
     far_kept_full: AtomicU64,
     auto_ef_measured: AtomicU64,
     auto_ef_raised: AtomicU64,
+    prune_checked: AtomicU64,
+    prune_kept_other: AtomicU64,
 }
 
 static BUILD_TALLY: AtomicTally = AtomicTally {
@@ -92,6 +105,8 @@ static BUILD_TALLY: AtomicTally = AtomicTally {
     far_kept_full: AtomicU64::new(0),
     auto_ef_measured: AtomicU64::new(0),
     auto_ef_raised: AtomicU64::new(0),
+    prune_checked: AtomicU64::new(0),
+    prune_kept_other: AtomicU64::new(0),
 };
 
 /// The counts so far in this process; the difference of two snapshots covers the builds between
@@ -104,6 +119,8 @@ pub fn build_tally() -> BuildTally {
         far_kept_full: t.far_kept_full.load(Ordering::Relaxed),
         auto_ef_measured: t.auto_ef_measured.load(Ordering::Relaxed),
         auto_ef_raised: t.auto_ef_raised.load(Ordering::Relaxed),
+        prune_checked: t.prune_checked.load(Ordering::Relaxed),
+        prune_kept_other: t.prune_kept_other.load(Ordering::Relaxed),
     }
 }
 
@@ -145,6 +162,8 @@ impl Selector for Index {
     }
 
     fn select(&mut self, j: usize, query: &[f32], out: &mut Selection) -> Result<(), ModelError> {
+        // The query head's own `ef` where the build measured one per head (`auto-ef`).
+        self.params.head = Some(j);
         if self.step_seeds > 0 {
             self.seeds.clear();
             self.seeds.extend(self.prev[j].iter().take(self.step_seeds));
