@@ -8,6 +8,10 @@
 //! can make both graphs from the same training lists (the kNN, the costly phase, runs once) and
 //! keep the one whose worst query head needs fewer keys on held-out recent prefill queries: the
 //! same check rows and measure as the far check ([`super::far_check`]).
+//!
+//! Measured on the decode default's builds (docs/bench/brackets/README.md §3b) the check does
+//! not beat one rule: its held-out prefill queries prefer `top` on 10 of SmolLM2's 15 KV groups
+//! where decode queries need 13 % more keys with `top`. It is off by default.
 
 use super::far_check::{check_rows, worst_head_scanned};
 use super::AttentionIndex;
