@@ -9,6 +9,7 @@
 //! | [`metric`] | SIMD inner-product kernels chosen at run time |
 //! | [`knn`] | exact batched top-k ([`knn::KnnBackend`], CPU implementation) |
 //! | [`search`] | the one search interface ([`AnnIndex`]), params, stats |
+//! | [`many`] | [`search_many`]: many indexes, each with its own queries, in one parallel call |
 //! | [`spec`] | [`IndexSpec`]: one string per kind and build parameters (`"ivf:nlist=361"`), and its build |
 //! | [`scratch`] | per-thread search buffers |
 //! | [`cancel`] | cooperative cancellation of long builds |
@@ -55,6 +56,7 @@ pub mod hnsw;
 pub mod io;
 pub mod ivf;
 pub mod knn;
+pub mod many;
 pub mod metric;
 pub mod npy;
 pub mod retopk;
@@ -72,6 +74,7 @@ pub use flat::{FlatIndex, FlatParams};
 pub use hnsw::{HnswIndex, HnswParams};
 pub use ivf::{IvfIndex, IvfParams};
 pub use knn::{CpuKnn, KnnBackend, KnnOptions, KnnResult};
+pub use many::{search_many, search_many_into, ManyOutput, ManyScratch};
 pub use retopk::{ReTopK, ReTopKParams, StepPath, StepStats};
 pub use scratch::Scratch;
 pub use search::{search_batch, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};

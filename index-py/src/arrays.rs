@@ -139,6 +139,8 @@ pub enum Shape {
     Matrix,
     /// 1-D `[d]` (one row) or 2-D `[b, d]`.
     Vectors,
+    /// 3-D `[n, b, d]`: `n` blocks of `b` rows, read as `n · b` rows.
+    Stacked,
 }
 
 /// Rows of an input: `rows × dim` row-major values, borrowed when the input allowed it.
@@ -202,6 +204,8 @@ fn check_shape(
         (Shape::Matrix, None) => "[n, d] (2-D)".to_string(),
         (Shape::Vectors, Some(d)) => format!("[b, {d}] or [{d}]"),
         (Shape::Vectors, None) => "[b, d] or [d]".to_string(),
+        (Shape::Stacked, Some(d)) => format!("[n, b, {d}]"),
+        (Shape::Stacked, None) => "[n, b, d] (3-D)".to_string(),
     };
     let bad = || {
         value_error(format!(
@@ -211,7 +215,8 @@ fn check_shape(
     };
     let (rows, cols, one_d) = match (shape, got) {
         (Shape::Vectors, [d]) => (1, *d, true),
-        (_, [n, d]) => (*n, *d, false),
+        (Shape::Stacked, [n, b, d]) => (n * b, *d, false),
+        (Shape::Matrix | Shape::Vectors, [n, d]) => (*n, *d, false),
         _ => return Err(bad()),
     };
     if cols == 0 || dim.is_some_and(|d| d != cols) {
@@ -259,6 +264,15 @@ fn rows_of<'a, T: Element + Clone>(
 }
 
 impl FloatArray<'_> {
+    /// The array's shape.
+    pub fn shape(&self) -> &[usize] {
+        match self {
+            FloatArray::F32(a) => a.shape(),
+            FloatArray::F16(a) => a.shape(),
+            FloatArray::Bf16(a) => a.shape(),
+        }
+    }
+
     /// The rows as f32 (float16 input is converted), finite-checked.
     pub fn rows_f32(
         &self,

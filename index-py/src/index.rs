@@ -9,9 +9,7 @@ use crate::search::{graph_search_params, search_any, Pool, SearchResult};
 use pyo3::prelude::*;
 use qkindex::attention::{off_at_zero, Prune, TrainKnn};
 use qkindex::io::{AnyIndex, KeysPlacement, Persist};
-use qkindex::{
-    AnnIndex, AttentionParams, Cancel, Error, IndexSpec, KeyStore, KnnBackend, SearchParams,
-};
+use qkindex::{AnnIndex, AttentionParams, Cancel, Error, IndexSpec, KeyStore, KnnBackend};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
@@ -50,7 +48,7 @@ pub fn keys_as(keys: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResult<KeyStor
 }
 
 /// The `visible` argument as counts: each at least 0 and below 2³².
-fn visible_counts(visible: Vec<i64>) -> PyResult<Vec<u32>> {
+pub fn visible_counts(visible: Vec<i64>) -> PyResult<Vec<u32>> {
     visible
         .into_iter()
         .enumerate()
@@ -336,11 +334,14 @@ impl AttentionIndex {
     }
 }
 
-/// Exact top-k by scanning every key (`scanned = 1`): the yardstick.
+/// Exact top-k by scanning every key (`scanned = 1`): the yardstick; with `flat:codes=i8`
+/// (`qkindex.build`), a scan of int8 codes whose best `ef` candidates are re-ranked exactly.
 #[derive(Debug)]
 #[pyclass(frozen, module = "qkindex")]
 pub struct FlatIndex {
-    pub inner: Arc<qkindex::FlatIndex>,
+    /// The index, as [`AttentionIndex::inner`]: searches read a snapshot, `insert` appends
+    /// under the write lock (copying first while a search holds the previous snapshot).
+    inner: RwLock<Arc<qkindex::FlatIndex>>,
     pool: Pool,
     /// Key dimension.
     #[pyo3(get)]
@@ -356,9 +357,17 @@ impl FlatIndex {
         FlatIndex {
             dim: inner.dim(),
             dtype: inner.keys().dtype().numpy_name().to_string(),
-            inner: Arc::new(inner),
+            inner: RwLock::new(Arc::new(inner)),
             pool: Pool::default(),
         }
+    }
+
+    /// The index as of now (inserts after this call do not change it).
+    pub fn snapshot(&self) -> Arc<qkindex::FlatIndex> {
+        self.inner
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 }
 
@@ -381,33 +390,58 @@ impl FlatIndex {
         Ok(FlatIndex::wrap(inner))
     }
 
-    /// Exact top-`k` keys by inner product for each query (`[b, d]` or `[d]`).
-    #[pyo3(signature = (queries, k=100))]
-    fn search(&self, py: Python<'_>, queries: &Bound<'_, PyAny>, k: i64) -> PyResult<SearchResult> {
-        search_any(
-            py,
-            self.inner.as_ref(),
-            &self.pool,
-            queries,
-            k,
-            &SearchParams::default(),
-        )
+    /// Top-`k` keys by inner product for each query (`[b, d]` or `[d]`): exact; on codes
+    /// (`flat:codes=i8`), the best `ef ≥ k` by code estimate re-ranked exactly (None: the
+    /// index default).
+    #[pyo3(signature = (queries, k=100, ef=None))]
+    fn search(
+        &self,
+        py: Python<'_>,
+        queries: &Bound<'_, PyAny>,
+        k: i64,
+        ef: Option<i64>,
+    ) -> PyResult<SearchResult> {
+        let params = graph_search_params(ef, None)?;
+        search_any(py, &*self.snapshot(), &self.pool, queries, k, &params)
+    }
+
+    /// Appends `key` (`[d]`); returns its id (the previous `len`). The GIL is released;
+    /// searches running meanwhile in other threads see the index before or after the insert.
+    fn insert(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<i64> {
+        let ka = float_array(key, "key")?;
+        let key = ka.one_row("key", self.dim, "")?;
+        let id = py
+            .detach(|| {
+                let mut current = self
+                    .inner
+                    .write()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                Arc::make_mut(&mut current).insert(&key)
+            })
+            .map_err(to_py)?;
+        Ok(i64::from(id))
     }
 
     /// Number of keys.
     fn __len__(&self) -> usize {
-        self.inner.len()
+        self.snapshot().len()
+    }
+
+    /// Build parameters, as a dict.
+    #[getter]
+    fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py_json(py, self.snapshot().params())
     }
 
     /// Writes the index with its keys to one self-contained file (atomically; docs/FORMAT.md).
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
-        save_inline(py, self.inner.as_ref(), &path)
+        save_inline(py, &*self.snapshot(), &path)
     }
 
     fn __repr__(&self) -> String {
         format!(
             "FlatIndex(n={}, dim={}, dtype={})",
-            self.inner.len(),
+            self.snapshot().len(),
             self.dim,
             self.dtype
         )
@@ -435,19 +469,22 @@ pub fn load(py: Python<'_>, path: PathBuf, mmap: bool, verify: bool) -> PyResult
             }
         })
         .map_err(to_py)?;
+    wrap_any(py, any, &path.display().to_string())
+}
+
+/// A core index of any kind as its Python class; `what` names it in the error for a kind these
+/// bindings do not wrap yet.
+pub fn wrap_any(py: Python<'_>, any: AnyIndex, what: &str) -> PyResult<Py<PyAny>> {
     Ok(match any {
-        qkindex::io::AnyIndex::Attention(a) => Py::new(py, AttentionIndex::wrap(a))?.into_any(),
-        qkindex::io::AnyIndex::Flat(f) => Py::new(py, FlatIndex::wrap(f))?.into_any(),
-        qkindex::io::AnyIndex::Hnsw(h) => Py::new(py, crate::kinds::HnswIndex::wrap(h))?.into_any(),
-        qkindex::io::AnyIndex::Ivf(i) => Py::new(py, crate::kinds::IvfIndex::wrap(i))?.into_any(),
-        qkindex::io::AnyIndex::Vamana(v) => {
-            Py::new(py, crate::kinds::VamanaIndex::wrap(v))?.into_any()
-        }
-        // Kinds the core learns to save later surface as a clear error until they are wrapped.
+        AnyIndex::Attention(a) => Py::new(py, AttentionIndex::wrap(a))?.into_any(),
+        AnyIndex::Flat(f) => Py::new(py, FlatIndex::wrap(f))?.into_any(),
+        AnyIndex::Hnsw(h) => Py::new(py, crate::kinds::HnswIndex::wrap(h))?.into_any(),
+        AnyIndex::Ivf(i) => Py::new(py, crate::kinds::IvfIndex::wrap(i))?.into_any(),
+        AnyIndex::Vamana(v) => Py::new(py, crate::kinds::VamanaIndex::wrap(v))?.into_any(),
+        // Kinds the core learns later surface as a clear error until they are wrapped.
         other => {
             return Err(crate::errors::type_error(format!(
-                "{}: a {} index, which these bindings cannot open yet",
-                path.display(),
+                "{what}: a {} index, which these bindings cannot wrap yet",
                 other.kind().name()
             )))
         }
@@ -461,7 +498,7 @@ pub fn any_index(obj: &Bound<'_, PyAny>) -> PyResult<Arc<dyn AnnIndex>> {
         return Ok(a.get().snapshot());
     }
     if let Ok(f) = obj.cast::<FlatIndex>() {
-        return Ok(f.get().inner.clone());
+        return Ok(f.get().snapshot());
     }
     if let Ok(h) = obj.cast::<HnswIndex>() {
         return Ok(h.get().inner.clone());

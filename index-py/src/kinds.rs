@@ -167,18 +167,21 @@ index_class! {
     }
 
     /// Top-`k` keys by inner product for each query, scanning the `nprobe` lists whose
-    /// centroids score highest (None: the index default).
-    #[pyo3(signature = (queries, k=100, nprobe=None))]
+    /// centroids score highest (None: the index default); on codes (`ivf:codes=i8`), the
+    /// best `ef ≥ k` of those lists by code estimate are re-ranked exactly (None: the index
+    /// default).
+    #[pyo3(signature = (queries, k=100, nprobe=None, ef=None))]
     fn search(
         &self,
         py: Python<'_>,
         queries: &Bound<'_, PyAny>,
         k: i64,
         nprobe: Option<i64>,
+        ef: Option<i64>,
     ) -> PyResult<SearchResult> {
         let params = SearchParams {
             nprobe: nprobe.map(|e| count("nprobe", e, 1)).transpose()?,
-            ..SearchParams::default()
+            ..crate::search::graph_search_params(ef, None)?
         };
         search_any(py, self.inner.as_ref(), &self.pool, queries, k, &params)
     }
@@ -187,6 +190,12 @@ index_class! {
     #[getter]
     fn nlist(&self) -> usize {
         self.inner.nlist()
+    }
+
+    /// Build parameters, as a dict.
+    #[getter]
+    fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py_json(py, self.inner.params())
     }
     }
 }

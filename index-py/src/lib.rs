@@ -6,7 +6,8 @@
 //! | `arrays.rs` | numpy / tensor inputs (dtype, shape, strides, finiteness) and numpy outputs |
 //! | `run.rs` | running long work off the GIL, interruptible with Ctrl-C |
 //! | `index.rs` | `AttentionIndex`, `FlatIndex`; what every kind's build and `save` share; `load` |
-//! | `search.rs` | `SearchResult`, the batched search of every kind, the pooled search buffers |
+//! | `search.rs` | `SearchResult`, the batched search of every kind, the pooled search buffers, `search_many` |
+//! | `build.rs` | `build(spec, keys, ...)`: any kind from one spec string |
 //! | `device.rs` | the `device` argument of builds: the exact-kNN backend, `knn_device` |
 //! | `kinds.rs` | `HnswIndex`, `IvfIndex`, `VamanaIndex` |
 //! | `retopk.rs` | `ReTopK`, the selector that reuses similar past queries' top-k sets |
@@ -19,6 +20,7 @@
 //! work itself.
 
 mod arrays;
+mod build;
 mod device;
 mod dump;
 mod errors;
@@ -44,6 +46,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<search::SearchResult>()?;
     m.add_class::<retopk::ReTopK>()?;
     m.add_function(wrap_pyfunction!(index::load, m)?)?;
+    m.add_function(wrap_pyfunction!(build::build, m)?)?;
+    m.add_function(wrap_pyfunction!(search::search_many, m)?)?;
     m.add_class::<dump::Dump>()?;
     m.add_function(wrap_pyfunction!(functions::exact_topk, m)?)?;
     m.add_function(wrap_pyfunction!(device::knn_device, m)?)?;

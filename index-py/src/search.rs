@@ -166,3 +166,108 @@ pub fn graph_search_params(ef: Option<i64>, beam: Option<i64>) -> PyResult<Searc
         ..SearchParams::default()
     })
 }
+
+/// Scratches of `search_many`, shared by every call (about one per thread that searched).
+static MANY_SCRATCH: qkindex::ManyScratch = qkindex::ManyScratch::new();
+
+/// Searches `queries[i]` (`[n, b, d]`: `b` queries per index) on `indexes[i]` for every `i` in
+/// one call, all `n · b` searches spread over rayon's global thread pool with the GIL released,
+/// as a serving engine searches the heads of a layer. `ef`, `beam` and `nprobe` go to every
+/// index; each kind reads those that apply to it (unset: each index's default). Returns a
+/// `SearchResult` with `ids` and `scores` of shape `[n, b, k]` (−1 / −inf padding) and
+/// `distance_computations` of shape `[n, b]`: index `i`'s stats per query.
+#[pyfunction]
+#[pyo3(signature = (indexes, queries, k=100, ef=None, beam=None, nprobe=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn search_many(
+    py: Python<'_>,
+    indexes: Vec<Bound<'_, PyAny>>,
+    queries: &Bound<'_, PyAny>,
+    k: i64,
+    ef: Option<i64>,
+    beam: Option<i64>,
+    nprobe: Option<i64>,
+) -> PyResult<SearchResult> {
+    let arcs = indexes
+        .iter()
+        .enumerate()
+        .map(|(i, obj)| {
+            crate::index::any_index(obj)
+                .map_err(|e| crate::errors::type_error(format!("indexes[{i}]: {e}")))
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let Some(first) = arcs.first() else {
+        return Err(crate::errors::value_error(
+            "indexes: expected at least one index, got none",
+        ));
+    };
+    let dim = first.dim();
+    let mut min_len = first.len();
+    for (i, index) in arcs.iter().enumerate() {
+        if index.dim() != dim {
+            return Err(crate::errors::value_error(format!(
+                "indexes[{i}]: key dimension {} differs from indexes[0]'s {dim}",
+                index.dim()
+            )));
+        }
+        min_len = min_len.min(index.len());
+    }
+    let k = neighbours(k, min_len)?;
+    let params = SearchParams {
+        nprobe: nprobe.map(|e| count("nprobe", e, 1)).transpose()?,
+        ..graph_search_params(ef, beam)?
+    };
+    let arr = float_array(queries, "queries")?;
+    let n = arcs.len();
+    let shape = arr.shape().to_vec();
+    let q = arr.rows_f32("queries", Shape::Stacked, Some(dim))?;
+    if shape[0] != n {
+        return Err(crate::errors::value_error(format!(
+            "queries: expected shape [{n}, b, {dim}] (one block per index), got {}",
+            crate::arrays::shape_str(&shape)
+        )));
+    }
+    let b = shape[1];
+    let data: &[f32] = &q.data;
+    let blocks: Vec<&[f32]> = (0..n)
+        .map(|i| &data[i * b * dim..(i + 1) * b * dim])
+        .collect();
+    let refs: Vec<&dyn AnnIndex> = arcs.iter().map(|a| a.as_ref()).collect();
+    let mut outs = Vec::new();
+    py.detach(|| {
+        qkindex::search_many_into(
+            &refs,
+            &blocks,
+            &qkindex::many::no_seeds,
+            k,
+            &params,
+            &MANY_SCRATCH,
+            &mut outs,
+        )
+    })
+    .map_err(to_py)?;
+    let mut ids = vec![-1i64; n * b * k];
+    let mut scores = vec![f32::NEG_INFINITY; n * b * k];
+    let mut dcs = vec![0i64; n * b];
+    for (((found, ids), scores), dc) in outs
+        .iter()
+        .flat_map(|o| &o.outputs)
+        .zip(ids.chunks_mut(k))
+        .zip(scores.chunks_mut(k))
+        .zip(dcs.iter_mut())
+    {
+        for (slot, &id) in ids.iter_mut().zip(&found.ids) {
+            *slot = i64::from(id);
+        }
+        scores[..found.scores.len()].copy_from_slice(&found.scores);
+        *dc = i64::try_from(found.stats.distance_computations).unwrap_or(i64::MAX);
+    }
+    let stacked = |values: Bound<'_, PyAny>| -> PyResult<Py<PyAny>> {
+        Ok(values.call_method1("reshape", ((n, b, k),))?.unbind())
+    };
+    Ok(SearchResult {
+        ids: stacked(to_numpy(py, ids, n * b, k, false)?)?,
+        scores: stacked(to_numpy(py, scores, n * b, k, false)?)?,
+        distance_computations: to_numpy(py, dcs, n, b, false)?.unbind(),
+    })
+}

@@ -33,8 +33,12 @@ def _stub_params(fn: ast.FunctionDef):
     out = []
     for (p, kind), d in zip(positional, defaults):
         out.append((p.arg, KIND[kind], _literal(d)))
+    if a.vararg:
+        out.append((a.vararg.arg, inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.empty))
     for p, d in zip(a.kwonlyargs, a.kw_defaults):
         out.append((p.arg, KIND["kwonly"], _literal(d)))
+    if a.kwarg:
+        out.append((a.kwarg.arg, inspect.Parameter.VAR_KEYWORD, inspect.Parameter.empty))
     return [x for x in out if x[0] != "self"]
 
 

@@ -415,14 +415,16 @@ impl Head {
         Ok(())
     }
 
-    /// Select: one selection per query head of the group, and its positions.
+    /// Select: one selection per query head of the group (in one call, which `index-topk`
+    /// runs in parallel), and its positions.
     fn select(&mut self, input: &StepInput<'_>, g: usize) -> Result<(), ModelError> {
-        for j in 0..input.group {
-            let sel = &mut self.selections[j];
-            self.selector.select(j, input.query(g, j), sel)?;
+        let width = input.group * input.hd;
+        let queries = &input.q[g * width..(g + 1) * width];
+        self.selector.select_group(queries, &mut self.selections)?;
+        for (sel, selected) in self.selections.iter().zip(&mut self.selected) {
             self.dc += sel.distance_computations;
-            self.selected[j].clear();
-            self.selected[j].extend(sel.ids.iter().map(|&id| input.split.pos(id)));
+            selected.clear();
+            selected.extend(sel.ids.iter().map(|&id| input.split.pos(id)));
         }
         Ok(())
     }

@@ -11,6 +11,17 @@ recall and attention mass against the exact top-k::
     exact_ids, _ = qkindex.exact_topk(queries, keys, 100)
     print(qkindex.recall(res.ids, exact_ids), res.distance_computations.mean() / len(keys))
 
+Any kind from one spec string (the ``IndexSpec`` of the Rust library and the CLI's ``--kind``),
+returned as its kind's class, whose ``search`` takes that kind's parameters::
+
+    ivf = qkindex.build("ivf:codes=i8", keys)              # int8 codes, exact re-rank
+    res = ivf.search(queries, k=100, nprobe=8, ef=400)
+    graph = qkindex.build("attention", keys, train, kq=50)  # options are more spec keys
+
+``qkindex.search_many(indexes, queries, k=100)`` searches ``queries[i]`` (``[n, b, d]``) on
+``indexes[i]`` for every ``i`` in one call, all searches in parallel, as a decode step searches
+the heads of a layer: results ``[n, b, k]``, stats ``[n, b]``.
+
 ``qkindex.ReTopK(keys, k=100)`` selects per decode step by reusing the top-k sets of similar
 past queries (``.prime(prefill_queries)``, then ``ids, stats = rt.step(query)``), falling back to
 an exact scan (or ``index=``) when no cached query is similar enough.
@@ -21,10 +32,11 @@ bfloat16 (torch, ``ml_dtypes``; widened to float32 exactly) or float32; float64 
 gives 1-D results. The GIL is released during builds, searches and inserts; a batch of queries
 is searched on rayon's thread pool (``RAYON_NUM_THREADS``); Ctrl-C interrupts a build.
 
-Threads: any number of threads may search one index at once, and
-``AttentionIndex.insert`` may run meanwhile in another thread: each search sees the index
-before or after an insert, never in between (an insert during searches copies the index
-first). ``ReTopK`` serialises ``step``, ``prime`` and ``append`` on one lock.
+Threads: any number of threads may search one index at once, and ``insert``
+(``AttentionIndex``, ``FlatIndex``) may run meanwhile in other threads: each search sees the
+index before or after an insert, never in between. Searches read a snapshot (an ``Arc``
+taken under a read lock); inserts run one at a time under the write lock, editing the index in
+place, or a copy of it while a search still holds the previous snapshot. ``ReTopK`` serialises ``step``, ``prime`` and ``append`` on one lock.
 
 ``qkindex.hf`` (``pip install qkindex[hf]``: torch, transformers) captures q/k/v from a
 Hugging Face model into a dump and runs retrieval attention inside its decode steps.
@@ -42,12 +54,14 @@ from ._native import (
     VamanaIndex,
     __version__,
     attention_mass,
+    build,
     decode_default_build,
     exact_topk,
     knn_device,
     load,
     load_dump,
     recall,
+    search_many,
     validate_dump,
 )
 from ._write import write_dump
@@ -64,12 +78,14 @@ __all__ = [
     "VamanaIndex",
     "__version__",
     "attention_mass",
+    "build",
     "decode_default_build",
     "exact_topk",
     "knn_device",
     "load",
     "load_dump",
     "recall",
+    "search_many",
     "validate_dump",
     "write_dump",
 ]

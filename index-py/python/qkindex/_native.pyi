@@ -16,7 +16,8 @@ class FormatError(ValueError):
     """A file or dump directory whose content is not what its format says."""
 
 class SearchResult:
-    """Results of ``search``: ``[b, k]`` arrays (``[k]`` for a 1-D query)."""
+    """Results of ``search``: ``[b, k]`` arrays (``[k]`` for a 1-D query); of ``search_many``:
+    ``[n, b, k]`` (``distance_computations`` ``[n, b]``)."""
 
     @property
     def ids(self) -> npt.NDArray[np.int64]: ...
@@ -94,16 +95,20 @@ class AttentionIndex:
     def save(self, path: PathLike) -> None: ...
 
 class FlatIndex:
-    """Exact top-k by scanning every key."""
+    """Exact top-k by scanning every key; with ``flat:codes=i8`` (``qkindex.build``), a scan of
+    int8 codes whose best ``ef`` candidates are re-ranked exactly."""
 
     @staticmethod
     def build(keys: ArrayLike, *, dtype: Optional[str] = None) -> "FlatIndex": ...
-    def search(self, queries: ArrayLike, k: int = 100) -> SearchResult: ...
+    def search(self, queries: ArrayLike, k: int = 100, ef: Optional[int] = None) -> SearchResult: ...
+    def insert(self, key: ArrayLike) -> int: ...
     def __len__(self) -> int: ...
     @property
     def dim(self) -> int: ...
     @property
     def dtype(self) -> str: ...
+    @property
+    def params(self) -> Dict[str, Any]: ...
     def save(self, path: PathLike) -> None: ...
 
 class HnswIndex:
@@ -135,13 +140,17 @@ class IvfIndex:
     def build(
         keys: ArrayLike, *, nlist: Optional[int] = None, iters: int = 10, seed: int = 0
     ) -> "IvfIndex": ...
-    def search(self, queries: ArrayLike, k: int = 100, nprobe: Optional[int] = None) -> SearchResult: ...
+    def search(
+        self, queries: ArrayLike, k: int = 100, nprobe: Optional[int] = None, ef: Optional[int] = None
+    ) -> SearchResult: ...
     def save(self, path: PathLike) -> None: ...
     def __len__(self) -> int: ...
     @property
     def dim(self) -> int: ...
     @property
     def nlist(self) -> int: ...
+    @property
+    def params(self) -> Dict[str, Any]: ...
 
 class VamanaIndex:
     """Vamana (DiskANN); robust=True builds RobustVamana from training queries."""
@@ -198,7 +207,34 @@ def decode_default_build() -> Dict[str, Any]:
     defaults. Its causal lists read `visible`, which the caller passes."""
 def recall(found_ids: ArrayLike, exact_ids: ArrayLike) -> float: ...
 def attention_mass(query: ArrayLike, keys: ArrayLike, ids: ArrayLike) -> float: ...
-def load(path: PathLike, mmap: bool = True, verify: bool = True) -> Union[AttentionIndex, FlatIndex]: ...
+AnyIndex = Union[AttentionIndex, FlatIndex, HnswIndex, IvfIndex, VamanaIndex]
+
+def load(path: PathLike, mmap: bool = True, verify: bool = True) -> AnyIndex:
+    """Opens an index file of any kind, as its kind's class."""
+def build(
+    spec: str,
+    keys: ArrayLike,
+    train_queries: Optional[ArrayLike] = None,
+    *,
+    device: str = "auto",
+    dtype: Optional[str] = None,
+    visible: Optional[Sequence[int]] = None,
+    **options: Any,
+) -> AnyIndex:
+    """Any index kind from one spec string, as its kind's class: ``build("ivf:codes=i8", keys)``,
+    ``build("attention", keys, train_queries, kq=50)``; keyword ``options`` are more spec keys
+    (``nlist=361`` is ``"ivf:nlist=361"``)."""
+def search_many(
+    indexes: Sequence[AnyIndex],
+    queries: ArrayLike,
+    k: int = 100,
+    ef: Optional[int] = None,
+    beam: Optional[int] = None,
+    nprobe: Optional[int] = None,
+) -> SearchResult:
+    """``queries[i]`` (``[n, b, d]``) searched on ``indexes[i]`` for every ``i`` in one call, in
+    parallel with the GIL released: ``ids``/``scores`` ``[n, b, k]``, ``distance_computations``
+    ``[n, b]`` (each index's stats per query)."""
 def load_dump(dir: PathLike) -> Dump: ...
 def validate_dump(dir: PathLike) -> List[str]: ...
 def _search_latency_ns(

@@ -44,7 +44,7 @@ from transformers import AttentionInterface, DynamicCache
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from ._native import AttentionIndex, Dump, decode_default_build
+from ._native import AttentionIndex, Dump, decode_default_build, search_many
 from ._write import write_dump
 
 #: The name registered in ``AttentionInterface`` (and ``AttentionMaskInterface``).
@@ -389,11 +389,12 @@ class RetrievalAttention:
                 while self.sink + len(ix) < rest_end:
                     pos = self.sink + len(ix)
                     ix.insert(keys[j, pos], qg)
-                kk = min(self.k, len(ix))
-                res = ix.search(qg, k=kk, ef=self.ef)
-                ids = torch.from_numpy(res.ids)
-                picked.append(ids.clamp(min=0) + self.sink)
-                dcs += int(res.distance_computations.sum())
+            # Every KV head's group searched in one call, in parallel ([kvh, group, d]).
+            kk = min(self.k, min(len(ix) for ix in heads))
+            res = search_many(heads, q.reshape(kvh, group, d), k=kk, ef=self.ef)
+            ids = torch.from_numpy(res.ids).reshape(kvh * group, kk)
+            picked.append(ids.clamp(min=0) + self.sink)
+            dcs += int(res.distance_computations.sum())
         elif self.policy == "exact-topk":
             kk = min(self.k, rest_end - self.sink)
             for j in range(kvh):

@@ -5,7 +5,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use qkindex::{IndexSpec, Scratch, SearchOutput, SearchParams};
+use qkindex::{
+    search_many_into, IndexSpec, ManyOutput, ManyScratch, Scratch, SearchOutput, SearchParams,
+};
 
 use super::{HeadPrefill, Selection, Selector};
 use crate::model::ModelError;
@@ -138,6 +140,10 @@ pub struct Index {
     prev: Vec<Vec<u32>>,
     /// This step's seeds (a reused buffer: no allocation per search).
     seeds: Vec<u32>,
+    /// The group's searches in one call ([`Selector::select_group`]): their scratches and
+    /// results, reused.
+    many_scratch: ManyScratch,
+    many: Vec<ManyOutput>,
 }
 
 impl Index {
@@ -152,6 +158,8 @@ impl Index {
             step_seeds: prefill.cfg.step_seeds,
             prev: vec![Vec::new(); prefill.group],
             seeds: Vec::new(),
+            many_scratch: ManyScratch::default(),
+            many: Vec::new(),
         })
     }
 }
@@ -186,6 +194,41 @@ impl Selector for Index {
             )?;
         }
         out.fill(&self.found.ids, self.found.stats.distance_computations);
+        Ok(())
+    }
+
+    /// The group's queries searched in parallel in one [`search_many_into`] call (an index
+    /// that serves its ids as they are: attention, flat); the frozen kinds, whose results merge
+    /// an exact tail, select one query head after another.
+    fn select_group(&mut self, queries: &[f32], outs: &mut [Selection]) -> Result<(), ModelError> {
+        let k = self.k.min(self.rest.len());
+        let Some(index) = self.rest.as_ann().filter(|_| k > 0) else {
+            let hd = queries.len() / outs.len().max(1);
+            for (j, (query, out)) in queries.chunks_exact(hd.max(1)).zip(outs).enumerate() {
+                self.select(j, query, out)?;
+            }
+            return Ok(());
+        };
+        let (prev, step_seeds) = (&self.prev, self.step_seeds);
+        let seeds = |_: usize, j: usize| -> &[u32] {
+            prev.get(j)
+                .map_or(&[][..], |p| &p[..p.len().min(step_seeds)])
+        };
+        search_many_into(
+            &[index],
+            &[queries],
+            &seeds,
+            k,
+            &self.params,
+            &self.many_scratch,
+            &mut self.many,
+        )?;
+        for (j, (found, out)) in self.many[0].outputs.iter().zip(outs).enumerate() {
+            out.fill(&found.ids, found.stats.distance_computations);
+            if step_seeds > 0 {
+                self.prev[j].clone_from(&found.ids);
+            }
+        }
         Ok(())
     }
 

@@ -21,7 +21,8 @@
 //!                                                                    queries, the kNN backend)
 //!  each decode step, per layer:
 //!    keys leaving the window ── upkeep(key, guide) ──► selector     (one call per key, in order)
-//!    per query head j ────────── select(j, query) ──► Selection     (rest ids, inner products)
+//!    per query head j ────────── select(j, query) ──► Selection     (rest ids, inner products;
+//!                                                                    select_group: all at once)
 //!    after the layer ─────────── fold_stats ────────► RetrievalStats (selector-specific counters)
 //! ```
 //!
@@ -74,6 +75,19 @@ pub trait Selector: Send + std::fmt::Debug {
     /// (pages, blocks, fixed sets) document how `k` maps to what they return. The step calls
     /// it once per query head per step, `j` in order.
     fn select(&mut self, j: usize, query: &[f32], out: &mut Selection) -> Result<(), ModelError>;
+
+    /// Selects for every query head of the group at once: `queries` holds one query per
+    /// element of `outs` (`outs.len() × head_dim`, row-major; query head `j` in row `j`), and
+    /// `outs[j]` gets query head `j`'s selection, as [`Selector::select`] would give it. The
+    /// step calls this once per step. Default: `select` for each `j` in order; `index-topk`
+    /// searches the group's queries in parallel ([`qkindex::search_many`]).
+    fn select_group(&mut self, queries: &[f32], outs: &mut [Selection]) -> Result<(), ModelError> {
+        let hd = queries.len() / outs.len().max(1);
+        for (j, (query, out)) in queries.chunks_exact(hd.max(1)).zip(outs).enumerate() {
+            self.select(j, query, out)?;
+        }
+        Ok(())
+    }
 
     /// Moves the counters of the selections since the last call into `stats` (after each
     /// layer step).
