@@ -129,3 +129,27 @@ def test_write_dump_from_bfloat16_tensors(tmp_path):
     dump = qkindex.write_dump(tmp_path / "d", {"model": "t", "rope_theta": 1e4}, {0: layer})
     np.testing.assert_array_equal(dump.q(0), layer["q"].float().numpy())
     np.testing.assert_array_equal(dump.k(0), layer["k"].detach().float().numpy())
+
+
+class DlpackOnly:
+    """Speaks only DLPack (as JAX or CuPy arrays do): read through ``numpy.from_dlpack``."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.t.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+def test_dlpack_only_objects_are_read(data, attention_index):
+    keys, train, queries = data
+    tq, tk = torch.from_numpy(queries), torch.from_numpy(keys)
+    np.testing.assert_array_equal(attention_index.search(DlpackOnly(tq), k=5, ef=48).ids,
+                                  attention_index.search(queries, k=5, ef=48).ids)
+    ids, _ = qkindex.exact_topk(DlpackOnly(tq), DlpackOnly(tk.half()), 5)
+    np.testing.assert_array_equal(ids, qkindex.exact_topk(queries, keys.astype(np.float16), 5)[0])
+    with pytest.raises(TypeError, match="keys: expected float16, bfloat16 or float32, got float64"):
+        qkindex.exact_topk(tq, DlpackOnly(tk.double()), 5)
