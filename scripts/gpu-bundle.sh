@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepares gpu-bundle/ for scripts/gpu-check.sh and scripts/gpu-driver-check.sh on a GPU machine
 # without a Rust toolchain: stripped release binaries (the GPU kNN check, the qkindex CLI, and
-# index-gpu's test programs), the test cases with
+# index-gpu's test programs), the Python package's wheel, the test cases with
 # their CPU top-k (computed here), and nothing else. Run on the CPU machine, then carry
 # gpu-bundle/ (ignored by git, ~40 MB) to the GPU machine with the working tree.
 #   bash scripts/gpu-bundle.sh [DUMP]     # DUMP: a Q/K dump for the real-data cases
@@ -30,6 +30,11 @@ for line in sys.stdin:
         print("test program:", name)
 '
 strip "$out"/bin/*
+# The Python package (abi3 wheel, any CPython >= 3.9) for scripts/gpu_hf.py: the GPU machine
+# has torch and transformers but no Rust toolchain.
+maturin=maturin
+if [ -x .venv/bin/maturin ]; then maturin=.venv/bin/maturin; fi
+"$maturin" build --release --manifest-path index-py/Cargo.toml --out "$out/wheels"
 
 if [ -d "$dump" ]; then
     "$out/bin/qkindex-gpu-check" prepare --out "$out/cases" --dump "$dump"

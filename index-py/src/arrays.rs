@@ -6,7 +6,10 @@
 //! and the dtype, because a silent cast would hide a precision loss. bfloat16 (torch tensors,
 //! `ml_dtypes.bfloat16` arrays) is read as its 16-bit patterns and widened to f32, which is
 //! exact (a bfloat16 is the top half of an f32). Tensors that need a gradient are read through
-//! `detach()`; tensors outside host memory (CUDA) raise `TypeError` naming `.cpu()`.
+//! `detach()`. Tensors outside host memory (CUDA, through `.cpu()` or DLPack) are copied to it
+//! once, in their own dtype, after the dtype check (qkindex indexes and scans host memory; its
+//! kNN backend's API takes host slices, so a `device="cuda"` kNN uploads them from there); a
+//! tensor that cannot be copied (`meta`) raises `TypeError` naming `.cpu()`.
 //! Any strides are accepted; a copy is made only when the input is not C-contiguous (or must
 //! become owned, as keys do, or f32, as float16 and bfloat16 queries do).
 
@@ -93,28 +96,42 @@ pub fn ndarray<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, 
 }
 
 /// `obj` itself, or `obj.detach()` for a torch tensor that requires a gradient (reading does
-/// not change it); `TypeError` for a tensor outside host memory, naming `.cpu()`.
+/// not change it); a tensor outside host memory is copied to it once (`obj.cpu()`, else
+/// `numpy.from_dlpack(obj, device="cpu")`), and one that cannot be raises `TypeError` naming
+/// `.cpu()`.
 fn host_tensor<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyAny>> {
     let py = obj.py();
-    // torch's `device` has a `type` ("cpu", "cuda", "mps", "meta"); other libraries' differ.
-    if let Ok(dev) = obj.getattr(intern!(py, "device")) {
-        if let Ok(kind) = dev.getattr(intern!(py, "type")) {
-            if kind.str()? != "cpu" {
-                return Err(type_error(format!(
-                    "{name}: a tensor on {} (qkindex reads host memory): pass tensor.cpu()",
-                    dev.str()?
-                )));
-            }
-        }
-    }
-    if obj
+    let obj = if obj
         .getattr(intern!(py, "requires_grad"))
         .and_then(|g| g.is_truthy())
         .unwrap_or(false)
     {
-        return obj.call_method0(intern!(py, "detach"));
-    }
-    Ok(obj.clone())
+        obj.call_method0(intern!(py, "detach"))?
+    } else {
+        obj.clone()
+    };
+    // torch's `device` has a `type` ("cpu", "cuda", "mps", "meta"); other libraries' differ.
+    let Some(dev) = obj.getattr(intern!(py, "device")).ok().filter(|d| {
+        d.getattr(intern!(py, "type"))
+            .is_ok_and(|t| !t.str().is_ok_and(|t| t == "cpu"))
+    }) else {
+        return Ok(obj);
+    };
+    let copied = if obj.hasattr(intern!(py, "cpu"))? {
+        obj.call_method0(intern!(py, "cpu"))
+    } else {
+        let kwargs = pyo3::types::PyDict::new(py);
+        kwargs.set_item(intern!(py, "device"), intern!(py, "cpu"))?;
+        numpy(py)?.call_method(intern!(py, "from_dlpack"), (&obj,), Some(&kwargs))
+    };
+    copied.map_err(|e| {
+        type_error(format!(
+            "{name}: a tensor on {} could not be copied to host memory ({e}): pass tensor.cpu()",
+            dev.str()
+                .map(|s| s.to_string())
+                .unwrap_or_else(|_| "?".into())
+        ))
+    })
 }
 
 /// The Python type name of `obj` (for messages).
@@ -161,6 +178,15 @@ pub fn float_array<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<FloatAr
         .getattr(intern!(py, "dtype"))
         .and_then(|d| d.str().map(|s| s == "torch.bfloat16"))
         .unwrap_or(false);
+    // A torch tensor's dtype is checked before `ndarray` copies one off a GPU.
+    if let Ok(dt) = obj.getattr(intern!(py, "dtype")) {
+        let dt = dt.str()?.to_string();
+        if let Some(torch_dt) = dt.strip_prefix("torch.") {
+            if !matches!(torch_dt, "float16" | "bfloat16" | "float32") {
+                return Err(not_float(name, torch_dt));
+            }
+        }
+    }
     let arr = ndarray(obj, name)?;
     let dt = arr.dtype();
     // `ml_dtypes.bfloat16` (what JAX and others hand numpy) is a 2-byte user dtype of that name.
@@ -184,12 +210,16 @@ pub fn float_array<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<FloatAr
             arr.cast::<PyArrayDyn<f16>>()?.try_readonly()?,
         ))
     } else {
-        Err(type_error(format!(
-            "{name}: expected float16, bfloat16 or float32, got {} (no silent casts: convert \
-             it, e.g. .astype(numpy.float32))",
-            dt.str()?
-        )))
+        Err(not_float(name, &dt.str()?.to_string()))
     }
+}
+
+/// `TypeError`: `name` has the dtype `got`, not float16, bfloat16 or float32.
+fn not_float(name: &str, got: &str) -> PyErr {
+    type_error(format!(
+        "{name}: expected float16, bfloat16 or float32, got {got} (no silent casts: convert it, \
+         e.g. .astype(numpy.float32) or .float())"
+    ))
 }
 
 /// Checks the shape of an input against `shape` and the expected row length `dim`.

@@ -52,12 +52,50 @@ def test_bfloat16_that_is_no_tensor_is_named(data, attention_index):
         qkindex.FlatIndex.build(FakeBf16())
 
 
-def test_device_tensors_name_cpu(attention_index):
-    with pytest.raises(TypeError, match=r"queries: a tensor on cuda:0 \(qkindex reads host memory\): "
-                                        r"pass tensor\.cpu\(\)"):
+def test_device_tensors_that_cannot_be_copied_name_cpu(attention_index):
+    with pytest.raises(TypeError, match=r"queries: a tensor on cuda:0 could not be copied to host "
+                                        r"memory .*: pass tensor\.cpu\(\)"):
         attention_index.search(FakeCuda())
     with pytest.raises(TypeError, match=r"keys: a tensor on cuda:0 .*tensor\.cpu\(\)"):
         qkindex.exact_topk(np.zeros((1, 4), np.float32), FakeCuda(), 1)
+
+
+class CopiedCuda(FakeCuda):
+    """A device tensor whose ``cpu()`` (the one copy to host memory) is counted."""
+
+    def __init__(self, array, dtype="torch.float32"):
+        self.array, self.dtype, self.copies = array, dtype, 0
+
+    def cpu(self):
+        self.copies += 1
+        return self.array
+
+
+def test_device_tensors_are_copied_to_host_memory_once(data, attention_index):
+    keys, train, queries = data
+    q, k, t = CopiedCuda(queries), CopiedCuda(keys), CopiedCuda(train)
+    np.testing.assert_array_equal(attention_index.search(q, k=5, ef=48).ids,
+                                  attention_index.search(queries, k=5, ef=48).ids)
+    ids, scores = qkindex.exact_topk(q, k, 5)
+    want = qkindex.exact_topk(queries, keys, 5)
+    np.testing.assert_array_equal(ids, want[0])
+    np.testing.assert_array_equal(scores, want[1])
+    built = qkindex.AttentionIndex.build(k, t, kq=50, max_degree=24)
+    np.testing.assert_array_equal(built.search(queries, k=5, ef=48).ids,
+                                  attention_index.search(queries, k=5, ef=48).ids)
+    flat = qkindex.FlatIndex.build(k)
+    np.testing.assert_array_equal(flat.search(queries, k=5).ids, want[0])
+    # One copy per argument and call: search + exact_topk for q, exact_topk + two builds for k.
+    assert (q.copies, k.copies, t.copies) == (2, 3, 1)
+
+
+def test_device_tensors_of_other_dtypes_are_refused_before_a_copy():
+    for dtype in ("torch.float64", "torch.int32", "torch.float8_e4m3fn"):
+        x = CopiedCuda(np.zeros((3, 4), np.float32), dtype)
+        with pytest.raises(TypeError, match=rf"keys: expected float16, bfloat16 or float32, got "
+                                            rf"{dtype[6:]} \(no silent casts"):
+            qkindex.FlatIndex.build(x)
+        assert x.copies == 0
 
 
 def test_python_lists_are_read_but_not_cast(data, attention_index):

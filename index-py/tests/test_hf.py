@@ -116,7 +116,7 @@ def test_retrieval_that_selects_every_key_equals_full_attention(smollm2, policy)
     assert st["keys_attended"] == pytest.approx(np.mean(np.arange(151, 200)))
     if policy == "index-topk":
         # Keys that left the window were inserted: the rest's keys at the last step.
-        assert len(ra.heads[0][0]) == 199 - 32 - 8
+        assert len(ra.indexes(0)[0]) == 199 - 32 - 8
         assert 0 < st["keys_scored"] <= 200 * 3 + 64
 
 
@@ -162,11 +162,21 @@ def test_policy_arguments_are_checked(smollm2):
 def _decode_nll(model, ids, prefill, cache, steps):
     """Prefill ``ids[:prefill]`` into ``cache``; yields the nll of each next token over
     ``steps`` decode steps (a generator, so that two sequences can interleave)."""
-    model(input_ids=ids[None, :prefill], cache=cache, use_cache=True, logits_to_keep=1)
+    kw = hf.cache_kwarg(model)
+    model(input_ids=ids[None, :prefill], **{kw: cache}, use_cache=True, logits_to_keep=1)
     for t in range(prefill, prefill + steps):
-        out = model(input_ids=ids[None, t:t + 1], cache=cache, use_cache=True)
+        out = model(input_ids=ids[None, t:t + 1], **{kw: cache}, use_cache=True)
         logp = torch.log_softmax(out.logits[0, -1].to(torch.float32), dim=-1)
         yield -float(logp[ids[t + 1]])
+
+
+def _crop_counts():
+    """Whether ``DynamicLayer.crop`` takes a count of tokens to drop (later 5.x) rather than the
+    length to keep (5.0)."""
+    import inspect
+    from transformers.cache_utils import DynamicLayer
+
+    return "tokens_to_remove" in inspect.signature(DynamicLayer.crop).parameters
 
 
 def test_retrieval_caches_keep_each_sequence_its_own_indexes(smollm2):
@@ -186,10 +196,12 @@ def test_retrieval_caches_keep_each_sequence_its_own_indexes(smollm2):
             turns[1].append(next(gb))
         assert turns == alone
         assert sorted(ca.retrieval) == sorted(cb.retrieval) == list(range(30))
-        assert ca.retrieval[0][0] is not cb.retrieval[0][0]
+        ia, ib = ca.retrieval[0][0].indexes[0], cb.retrieval[0][0].indexes[0]
+        assert ia is not ib
         # The last step saw 162 positions: a rest of 162 - 32 - 8 keys (110 at the prefill).
-        assert len(ca.retrieval[0][0]) == len(cb.retrieval[0][0]) == 162 - 32 - 8
-        ca.crop(-62)  # transformers 5: a negative count of tokens to drop (162 -> 100)
+        assert len(ia) == len(ib) == 162 - 32 - 8
+        # A negative count of tokens to drop (162 -> 100) in later 5.x, the length to keep in 5.0.
+        ca.crop(-62 if _crop_counts() else 100)
         assert ca.retrieval == {}
         with pytest.raises(RuntimeError, match="decode before a prefill"):
-            smollm2(input_ids=a[None, 100:101], cache=ca, use_cache=True)
+            smollm2(input_ids=a[None, 100:101], **{hf.cache_kwarg(smollm2): ca}, use_cache=True)

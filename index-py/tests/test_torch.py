@@ -129,3 +129,66 @@ def test_write_dump_from_bfloat16_tensors(tmp_path):
     dump = qkindex.write_dump(tmp_path / "d", {"model": "t", "rope_theta": 1e4}, {0: layer})
     np.testing.assert_array_equal(dump.q(0), layer["q"].float().numpy())
     np.testing.assert_array_equal(dump.k(0), layer["k"].detach().float().numpy())
+
+
+class DlpackOnly:
+    """Speaks only DLPack (as JAX or CuPy arrays do): read through ``numpy.from_dlpack``."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.t.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+def test_dlpack_only_objects_are_read(data, attention_index):
+    keys, train, queries = data
+    tq, tk = torch.from_numpy(queries), torch.from_numpy(keys)
+    np.testing.assert_array_equal(attention_index.search(DlpackOnly(tq), k=5, ef=48).ids,
+                                  attention_index.search(queries, k=5, ef=48).ids)
+    ids, _ = qkindex.exact_topk(DlpackOnly(tq), DlpackOnly(tk.half()), 5)
+    np.testing.assert_array_equal(ids, qkindex.exact_topk(queries, keys.astype(np.float16), 5)[0])
+    with pytest.raises(TypeError, match="keys: expected float16, bfloat16 or float32, got float64"):
+        qkindex.exact_topk(tq, DlpackOnly(tk.double()), 5)
+
+
+class OnGpu:
+    """A torch tensor standing in for one on a GPU: ``cpu()`` (the copy) is counted."""
+
+    class device:
+        type = "cuda"
+
+        def __str__(self):
+            return "cuda:0"
+
+    device = device()
+
+    def __init__(self, t):
+        self.t, self.dtype, self.copies = t, t.dtype, 0
+
+    def cpu(self):
+        self.copies += 1
+        return self.t
+
+
+def test_write_dump_copies_device_tensors_once(tmp_path):
+    g = torch.Generator().manual_seed(2)
+    q, k = torch.randn(2, 30, 8, generator=g).half(), torch.randn(1, 30, 8, generator=g).bfloat16()
+    gq, gk = OnGpu(q), OnGpu(k)
+    dump = qkindex.write_dump(tmp_path / "d", {"model": "t", "rope_theta": 1e4},
+                              {0: {"q": gq, "k": gk}})
+    np.testing.assert_array_equal(dump.q(0), q.float().numpy())
+    np.testing.assert_array_equal(dump.k(0), k.float().numpy())
+    assert (gq.copies, gk.copies) == (1, 1)
+    bad = OnGpu(torch.zeros(1, 30, 8, dtype=torch.float64))
+    with pytest.raises(TypeError, match=r"layers\[0\]\['k'\]: expected float16, bfloat16 or float32, "
+                                        r"got float64"):
+        qkindex.write_dump(tmp_path / "e", {"model": "t", "rope_theta": 1e4},
+                           {0: {"q": q, "k": bad}})
+    assert bad.copies == 0
+    with pytest.raises(TypeError, match=r"\['q'\]: a tensor on meta could not be copied .*tensor\.cpu\(\)"):
+        qkindex.write_dump(tmp_path / "f", {"model": "t", "rope_theta": 1e4},
+                           {0: {"q": torch.empty(2, 30, 8, device="meta"), "k": k}})

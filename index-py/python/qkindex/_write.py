@@ -22,12 +22,21 @@ REQUIRED = ("model", "rope_theta")
 
 
 def _as_array(x: Any, name: str) -> np.ndarray:
-    """``x`` as a float16/float32 numpy array (torch CPU tensors too), without casting, except
-    bfloat16 (torch tensors, ``ml_dtypes`` arrays), which is widened to float32 exactly."""
+    """``x`` as a float16/float32 numpy array (torch tensors too: one on a GPU is copied to host
+    memory once), without casting, except bfloat16 (torch tensors, ``ml_dtypes`` arrays), which
+    is widened to float32 exactly."""
     device = getattr(getattr(x, "device", None), "type", "cpu")
     if device != "cpu":
-        raise TypeError(f"{name}: a tensor on {x.device} (qkindex reads host memory): pass "
-                        "tensor.cpu()")
+        dtype = str(getattr(x, "dtype", ""))
+        if dtype.startswith("torch.") and dtype not in ("torch.float16", "torch.bfloat16",
+                                                        "torch.float32"):
+            raise TypeError(f"{name}: expected float16, bfloat16 or float32, got {dtype[6:]} (no "
+                            "silent casts: convert it, e.g. .half())")
+        try:
+            x = x.cpu()
+        except Exception as e:  # meta tensors have no data; other objects no .cpu()
+            raise TypeError(f"{name}: a tensor on {x.device} could not be copied to host memory "
+                            f"({e}): pass tensor.cpu()") from e
     if getattr(x, "requires_grad", False):
         x = x.detach()
     dtype = str(getattr(x, "dtype", ""))
