@@ -82,7 +82,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                             &queries,
                             &qkindex::many::no_seeds,
                             k,
-                            &params,
+                            &|_, _| params,
                             &scratch,
                             &mut outs,
                         )

@@ -103,7 +103,7 @@ pub fn search_many(
         queries,
         &no_seeds,
         k,
-        params,
+        &|_, _| *params,
         &ManyScratch::default(),
         &mut outs,
     )?;
@@ -113,13 +113,14 @@ pub fn search_many(
 /// [`search_many`] into reused outputs (`outs` is resized to `indexes.len()`, each entry's
 /// `outputs` to its number of queries), with scratches from `scratch`, graph searches also
 /// starting from `seeds(i, r)` (key ids of `indexes[i]` for its query `r`; see
-/// [`AnnIndex::search_seeded`]; [`no_seeds`] for none).
+/// [`AnnIndex::search_seeded`]; [`no_seeds`] for none), query `r` of `indexes[i]` searched with
+/// `params(i, r)` (e.g. its query head, [`SearchParams::head`]; `&|_, _| params` for one set).
 pub fn search_many_into<'s>(
     indexes: &[&dyn AnnIndex],
     queries: &[&[f32]],
     seeds: &(dyn Fn(usize, usize) -> &'s [u32] + Sync),
     k: usize,
-    params: &SearchParams,
+    params: &(dyn Fn(usize, usize) -> SearchParams + Sync),
     scratch: &ManyScratch,
     outs: &mut Vec<ManyOutput>,
 ) -> Result<()> {
@@ -157,7 +158,8 @@ pub fn search_many_into<'s>(
         .try_for_each_init(
             || scratch.take(),
             |taken, (i, r, index, query, found)| {
-                index.search_seeded(query, k, params, seeds(i, r), &mut taken.scratch, found)
+                let p = params(i, r);
+                index.search_seeded(query, k, &p, seeds(i, r), &mut taken.scratch, found)
             },
         )?;
     for out in outs.iter_mut() {
@@ -216,13 +218,29 @@ mod tests {
         let mut outs = vec![ManyOutput::default(); 5];
         let all: Vec<u32> = (0..graph.len() as u32).collect();
         let seeds = |i: usize, _r: usize| if i == 0 { &all[..] } else { &[][..] };
-        search_many_into(&indexes, &queries, &seeds, 10, &params, &pool, &mut outs)
-            .expect("seeded");
+        search_many_into(
+            &indexes,
+            &queries,
+            &seeds,
+            10,
+            &|_, _| params,
+            &pool,
+            &mut outs,
+        )
+        .expect("seeded");
         assert_eq!(outs.len(), 3);
         assert_eq!(outs[1], got[1]);
         assert!(outs[0].stats.distance_computations >= 3 * graph.len() as u64);
-        search_many_into(&indexes, &queries, &no_seeds, 10, &params, &pool, &mut outs)
-            .expect("again");
+        search_many_into(
+            &indexes,
+            &queries,
+            &no_seeds,
+            10,
+            &|_, _| params,
+            &pool,
+            &mut outs,
+        )
+        .expect("again");
         assert_eq!(outs, got);
     }
 

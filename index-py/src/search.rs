@@ -240,7 +240,7 @@ pub fn search_many(
             &blocks,
             &qkindex::many::no_seeds,
             k,
-            &params,
+            &|_, _| params,
             &MANY_SCRATCH,
             &mut outs,
         )

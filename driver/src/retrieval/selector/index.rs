@@ -209,7 +209,7 @@ impl Selector for Index {
             }
             return Ok(());
         };
-        let (prev, step_seeds) = (&self.prev, self.step_seeds);
+        let (prev, step_seeds, base) = (&self.prev, self.step_seeds, self.params);
         let seeds = |_: usize, j: usize| -> &[u32] {
             prev.get(j)
                 .map_or(&[][..], |p| &p[..p.len().min(step_seeds)])
@@ -219,7 +219,11 @@ impl Selector for Index {
             &[queries],
             &seeds,
             k,
-            &self.params,
+            // Each query head at its own `ef` where the build measured one per head.
+            &|_, j| SearchParams {
+                head: Some(j),
+                ..base
+            },
             &self.many_scratch,
             &mut self.many,
         )?;
