@@ -355,3 +355,155 @@ fused_score_topk(const unsigned short* __restrict__ q, const unsigned short* __r
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Any k ≤ n: radix select over whole rows of scores, then a sort of the k chosen
+// ---------------------------------------------------------------------------------------------
+//
+// For k beyond what the running lists above are meant for (k > 1,024: a pooled kNN's pools) the
+// host computes whole rows of scores (a cuBLAS GEMM over every visible key) and selects in two
+// launches, one block per query row:
+//
+//   1. `radix_select_rows`: every (score, key id) pair is one 64-bit key, `order(score) << 32 |
+//      ~id` (`order` maps f32 to u32 monotonically: the CPU's `order_key`, so −0 < +0). Higher
+//      is better, and among equal scores the lower id is better, which is the CPU's tie rule; all
+//      keys of a row are distinct, so the k-th largest key T is unique and exactly k keys are ≥ T.
+//      T is found most significant byte first (RadiK / RTop-K's idea): a 256-bin histogram of the
+//      keys that share the bytes decided so far, the bin where the count from the top reaches k,
+//      and an early stop once that bin holds exactly the keys still needed (with distinct scores
+//      that is after two or three of the eight passes; ties at the threshold go on into the id
+//      bytes, which resolves them exactly). The keys ≥ T are then compacted, unordered, into the
+//      row's slots of `packed` (`kp` = k rounded up to a power of two per row; the rest is 0,
+//      below every real key). A row that sees at most k keys takes them all.
+//   2. `sort_rows_desc`: a bitonic sort of each row's `kp` keys, descending (in shared memory
+//      when `kp` keys fit, else in place in `packed`), unpacked into `best_s` / `best_i` (k
+//      each; 0 keys become PAD_ID / −∞).
+
+#define RADIX_THREADS 256
+#define RADIX_BINS 256
+
+__device__ __forceinline__ unsigned order_key(float s) {
+    unsigned b = __float_as_uint(s);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+__device__ __forceinline__ float from_order_key(unsigned k) {
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+__device__ __forceinline__ unsigned long long pack_key(float s, unsigned id) {
+    return ((unsigned long long)order_key(s) << 32) | (unsigned long long)(~id);
+}
+
+// scores: `rows × cols` row-major with leading dimension `ld`; column c is key c. Row r is query
+// `row0 + r`: with `causal` it sees keys 0..=row0 + r only. packed: `rows × kp`.
+extern "C" __global__ void __launch_bounds__(RADIX_THREADS)
+radix_select_rows(const float* __restrict__ scores, long long ld, int rows, int cols, int row0,
+                  int causal, int k, int kp, unsigned long long* packed) {
+    __shared__ int hist[RADIX_BINS];
+    __shared__ unsigned long long s_prefix;
+    __shared__ int s_need;
+    __shared__ int s_done;
+    __shared__ int s_count;
+    const int r = blockIdx.x;
+    if (r >= rows) return;
+    const float* row = scores + (long long)r * ld;
+    unsigned long long* out = packed + (long long)r * kp;
+    int limit = cols;
+    if (causal) {
+        long long visible = (long long)row0 + r + 1;
+        if (visible < limit) limit = (int)visible;
+    }
+    const int take = k < limit ? k : limit;
+
+    // The threshold: keys ≥ lo are the row's top `take` (0 takes every visible key).
+    unsigned long long lo = 0;
+    if (take < limit) {
+        if (threadIdx.x == 0) {
+            s_prefix = 0;
+            s_need = take;
+            s_done = 0;
+        }
+        for (int shift = 56; shift >= 0; shift -= 8) {
+            for (int b = threadIdx.x; b < RADIX_BINS; b += blockDim.x) hist[b] = 0;
+            __syncthreads();
+            const unsigned long long prefix = s_prefix;
+            const unsigned long long high = shift == 56 ? 0ull : ~0ull << (shift + 8);
+            for (int c = threadIdx.x; c < limit; c += blockDim.x) {
+                unsigned long long key = pack_key(row[c], (unsigned)c);
+                if ((key & high) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1);
+            }
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                int need = s_need, above = 0;
+                for (int b = RADIX_BINS - 1; b >= 0; --b) {
+                    if (above + hist[b] >= need) {
+                        need -= above;
+                        s_prefix = prefix | ((unsigned long long)b << shift);
+                        s_need = need;
+                        s_done = hist[b] == need;  // the whole bin is taken: stop here
+                        break;
+                    }
+                    above += hist[b];
+                }
+            }
+            __syncthreads();
+            if (s_done) break;
+        }
+        lo = s_prefix;
+    }
+    if (threadIdx.x == 0) s_count = 0;
+    __syncthreads();
+    for (int c = threadIdx.x; c < limit; c += blockDim.x) {
+        unsigned long long key = pack_key(row[c], (unsigned)c);
+        if (key >= lo) {
+            int p = atomicAdd(&s_count, 1);
+            out[p] = key;
+        }
+    }
+    for (int p = take + threadIdx.x; p < kp; p += blockDim.x) out[p] = 0ull;
+}
+
+// packed: `rows × kp` keys from `radix_select_rows` (kp a power of two); sorts each row
+// descending and writes its first k entries to best_s / best_i (`rows × k`). With `in_smem` the
+// row is sorted in dynamic shared memory (kp × 8 bytes), else in place.
+extern "C" __global__ void __launch_bounds__(RADIX_THREADS)
+sort_rows_desc(unsigned long long* packed, int rows, int kp, int k, int in_smem, float* best_s,
+               unsigned* best_i) {
+    QK_DYNAMIC_SMEM(smem);
+    const int r = blockIdx.x;
+    if (r >= rows) return;
+    unsigned long long* g = packed + (long long)r * kp;
+    unsigned long long* buf = in_smem ? reinterpret_cast<unsigned long long*>(smem) : g;
+    if (in_smem) {
+        for (int i = threadIdx.x; i < kp; i += blockDim.x) buf[i] = g[i];
+        __syncthreads();
+    }
+    for (int size = 2; size <= kp; size <<= 1) {
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int i = threadIdx.x; i < kp; i += blockDim.x) {
+                int j = i ^ stride;
+                if (j > i) {
+                    bool desc = (i & size) == 0;
+                    unsigned long long a = buf[i], b = buf[j];
+                    if (desc ? (a < b) : (a > b)) {
+                        buf[i] = b;
+                        buf[j] = a;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+    for (int j = threadIdx.x; j < k; j += blockDim.x) {
+        unsigned long long key = buf[j];
+        long long o = (long long)r * k + j;
+        if (key == 0ull) {
+            best_s[o] = NEG_INF;
+            best_i[o] = PAD_ID;
+        } else {
+            best_s[o] = from_order_key((unsigned)(key >> 32));
+            best_i[o] = ~(unsigned)key;
+        }
+    }
+}

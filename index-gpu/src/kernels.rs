@@ -28,7 +28,13 @@ pub const LLAMA_FUNCTIONS: [&str; 11] = [
 ];
 
 /// Entry points of [`TOPK_SOURCE`].
-pub const TOPK_FUNCTIONS: [&str; 3] = ["topk_init", "topk_select_tile", "fused_score_topk"];
+pub const TOPK_FUNCTIONS: [&str; 5] = [
+    "topk_init",
+    "topk_select_tile",
+    "fused_score_topk",
+    "radix_select_rows",
+    "sort_rows_desc",
+];
 
 /// Query rows per block of the fused kernel (`FUSED_BM`); the host pads query rows to it.
 pub const FUSED_BM: usize = 64;
@@ -40,9 +46,25 @@ pub const FUSED_THREADS: u32 = 4 * 32;
 const FUSED_CAP: usize = 128;
 /// Rows (one warp each) per block of `topk_select_tile` (`SEL_WARPS`).
 pub const SELECT_ROWS_PER_BLOCK: u32 = 8;
-/// Largest k the kernels support (the running lists live in global memory; the merge reads them
-/// with binary searches, so k is bounded only to keep memory use predictable).
-pub const MAX_K: usize = 1024;
+/// Largest k of the running-list kernels (`fused_score_topk`, `topk_select_tile`: the lists live
+/// in global memory and the merge reads them with binary searches, so k is bounded only to keep
+/// memory use predictable). Larger k runs on the radix path (`radix_select_rows`), any k ≤ n.
+pub const LIST_MAX_K: usize = 1024;
+/// Threads per block (one block per query row) of `radix_select_rows` and `sort_rows_desc`
+/// (`RADIX_THREADS`).
+pub const RADIX_THREADS: u32 = 256;
+
+/// Slots per row of the radix path's packed keys: k rounded up to a power of two (the bitonic
+/// sort's length).
+pub fn radix_slots(k: usize) -> usize {
+    k.max(1).next_power_of_two()
+}
+
+/// Dynamic shared memory of `sort_rows_desc` when a row of `slots` keys is sorted in shared
+/// memory (else 0, sorted in place in device memory).
+pub fn radix_sort_smem_bytes(slots: usize) -> usize {
+    slots * 8
+}
 
 /// Dynamic shared memory of `fused_score_topk` for padded dimension `dp`.
 pub fn fused_smem_bytes(dp: usize) -> usize {
@@ -116,6 +138,15 @@ mod tests {
     }
 
     #[test]
+    fn radix_slots_are_the_next_power_of_two() {
+        assert_eq!(radix_slots(1), 1);
+        assert_eq!(radix_slots(1024), 1024);
+        assert_eq!(radix_slots(16_000), 16_384);
+        // A pooled kNN's 16,000 (16,384 slots) sorts in shared memory on sm_80 and sm_90.
+        assert!(radix_sort_smem_bytes(radix_slots(16_000)) <= 163 * 1024);
+    }
+
+    #[test]
     fn source_defines_every_entry_point_and_matching_constants() {
         for f in TOPK_FUNCTIONS {
             assert!(
@@ -128,6 +159,7 @@ mod tests {
             ("FUSED_BN", FUSED_BN),
             ("FUSED_CAP", FUSED_CAP),
             ("SEL_WARPS", SELECT_ROWS_PER_BLOCK as usize),
+            ("RADIX_THREADS", RADIX_THREADS as usize),
         ] {
             let line = format!("#define {name} {value}");
             assert!(

@@ -7,7 +7,8 @@
 //! | module | contents |
 //! |---|---|
 //! | [`device`] | `--device auto\|cpu\|cuda[:N]`: [`Device`], [`select`] with the CPU fallback |
-//! | [`cuda`] | [`CudaKnn`]: a fused tensor-core score+select kernel, or cuBLAS GEMM tiles then select |
+//! | [`cuda`] | [`CudaKnn`]: a fused tensor-core score+select kernel, cuBLAS GEMM tiles then select, or whole-row GEMM then radix select (any k) |
+//! | [`calibrate`] | `auto`'s path choice: every runnable path timed once per (device, dimension, k class), the fastest cached |
 //! | [`compare`] | GPU results against the CPU reference, allowing f16 near-ties at rank k |
 //! | [`kernels`] | the CUDA C sources (`kernels/topk.cu`, `kernels/llama.cu`) and their NVRTC compilation |
 //! | [`runtime`] | the CUDA plumbing shared with the driver's model backend: devices, kernels, streams, cuBLAS, events, launch shapes |
@@ -20,6 +21,7 @@
 //! rescored exactly in f32 on the host and re-sorted ([`CudaKnnOptions::rescore`]), so the scores
 //! equal the CPU's and the sets differ only where f16 rounding reorders near-ties at rank k.
 
+pub mod calibrate;
 pub mod compare;
 pub mod cuda;
 pub mod device;

@@ -1,5 +1,6 @@
-//! GPU top-k against the CPU reference on random data: both kernel paths, causal and not, k from 1
-//! to the 1,024 limit, dimensions that need padding. Where no GPU is usable each test prints why
+//! GPU top-k against the CPU reference on random data: the three kernel paths, causal and not, k
+//! from 1 to the running lists' 1,024 and beyond (radix: any k ≤ n), dimensions that need
+//! padding; the radix path equal to the CPU bit for bit (ties included) where f16 is exact. Where no GPU is usable each test prints why
 //! and checks that the reason is reported as `Unavailable` (the CPU path is tested in index-core).
 
 use qkindex::{CpuKnn, KeyStore, KnnBackend, KnnOptions};
@@ -69,6 +70,51 @@ fn gemm_matches_cpu() {
     check(KernelPath::Gemm, 500, 3000, 64, 100, false);
     check(KernelPath::Gemm, 200, 4000, 200, 1024, false);
     check(KernelPath::Gemm, 600, 600, 128, 10, true);
+}
+
+#[test]
+fn radix_matches_cpu() {
+    check(KernelPath::Radix, 50, 3000, 64, 2000, false);
+    check(KernelPath::Radix, 40, 5000, 200, 4096, false);
+    check(KernelPath::Radix, 300, 300, 64, 300, true); // k = n, causal rows padded
+    check(KernelPath::Radix, 70, 4000, 128, 1, false);
+}
+
+#[test]
+fn auto_takes_any_k() {
+    // A pooled kNN's pools (`attention:knn-pool=16000`): few rows, k far over 1,024.
+    check(KernelPath::Auto, 20, 20_000, 128, 16_000, false);
+    check(KernelPath::Auto, 64, 3000, 64, 100, false);
+}
+
+/// Multiples of 1/8 in [−1, 1]: exact in f16, and every inner product of 64 of them (a multiple
+/// of 1/64 below 64) is exact in f32 on both sides, so the GPU's scores are the CPU's and the
+/// radix path must give the CPU's lists exactly, including which of many tied keys are kept.
+#[test]
+fn radix_equals_cpu_exactly_where_f16_is_exact() {
+    let Some(g) = gpu(KernelPath::Radix, false) else {
+        return;
+    };
+    if !g.has_cublas() {
+        skip::skip("cuBLAS is not on the library path");
+        return;
+    }
+    let eighths = |rows: usize, seed: u64| -> Vec<f32> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        (0..rows * 64)
+            .map(|_| rng.random_range(-8i32..=8) as f32 / 8.0)
+            .collect()
+    };
+    let q = eighths(30, 7);
+    let keys = KeyStore::from_f32(eighths(6000, 8), 64).expect("keys");
+    for (k, causal) in [(1, false), (1500, false), (5000, false), (2000, true)] {
+        let opts = KnnOptions::causal(causal);
+        let cpu = CpuKnn.topk(&q, &keys, k, &opts).expect("cpu");
+        let (got, _) = g.run(&q, &keys, k, &opts).expect("gpu");
+        assert_eq!(got.ids, cpu.ids, "k {k} causal {causal}: ids");
+        let bits = |s: &[f32]| s.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got.scores), bits(&cpu.scores), "k {k}: scores");
+    }
 }
 
 #[test]

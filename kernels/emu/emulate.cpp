@@ -76,6 +76,16 @@ static float __int_as_float(int x) {
     std::memcpy(&f, &x, 4);
     return f;
 }
+static unsigned __float_as_uint(float x) {
+    unsigned u;
+    std::memcpy(&u, &x, 4);
+    return u;
+}
+static float __uint_as_float(unsigned x) {
+    float f;
+    std::memcpy(&f, &x, 4);
+    return f;
+}
 static int atomicAdd(int* p, int v) { return std::atomic_ref<int>(*p).fetch_add(v); }
 using std::min;
 
@@ -138,7 +148,11 @@ static void emu_mma_16816(float* c, unsigned a0, unsigned a1, unsigned a2, unsig
     c[3] += dot(g + 8, 2 * t + 1);
 }
 
-#include "../topk.cu"
+// scripts/kernel-emu.sh compiles deliberately broken copies of topk.cu through QK_TOPK_SOURCE.
+#ifndef QK_TOPK_SOURCE
+#define QK_TOPK_SOURCE "../topk.cu"
+#endif
+#include QK_TOPK_SOURCE
 
 // ---- launching ------------------------------------------------------------------------------
 static void launch(unsigned grid, unsigned threads, size_t smem, const std::function<void()>& body) {
@@ -271,7 +285,89 @@ static void check_fused(int m, int n, int d, int k, bool causal, int row0, unsig
                   bi, 1e-3f * d);
 }
 
-int main() {
+
+// The radix path (`radix_select_rows` + `sort_rows_desc`) must equal the CPU's top-k exactly:
+// scores descending with −0 below +0 (f32 `total_cmp`), equal scores by ascending id, the same
+// ids and score bits; rows that see fewer than k keys padded with PAD_ID / −∞. `grid` > 0 rounds
+// the scores to multiples of 1/grid (many exact ties, also at the threshold), < 0 makes them all
+// equal; `zeros` mixes −0
+// and +0. A guard after the `packed` buffer catches writes past a row's slots.
+static void check_radix(int rows, int cols, int k, bool causal, int row0, int grid, bool zeros,
+                        bool in_smem, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> g(0, 1);
+    std::vector<float> s((size_t)rows * cols);
+    for (auto& v : s) {
+        v = g(rng) * 100.0f;
+        if (grid > 0) v = std::round(v / 100.0f * grid) / grid;
+        if (grid < 0) v = 1.5f;
+        if (zeros && rng() % 4 == 0) v = (rng() % 2) ? 0.0f : -0.0f;
+    }
+    int kp = 1;
+    while (kp < k) kp <<= 1;
+    const size_t guard = 4096;
+    const unsigned long long guard_value = 0x5a5a5a5a5a5a5a5aull;
+    std::vector<unsigned long long> packed((size_t)rows * kp + guard, guard_value);
+    std::vector<float> bs((size_t)rows * k, 1.0f);
+    std::vector<unsigned> bi((size_t)rows * k, 7u);
+    launch(rows, RADIX_THREADS, 0, [&] {
+        radix_select_rows(s.data(), cols, rows, cols, row0, causal, k, kp, packed.data());
+    });
+    int bad = 0;
+    for (size_t i = (size_t)rows * kp; i < packed.size(); ++i)
+        if (packed[i] != guard_value) ++bad;
+    launch(rows, RADIX_THREADS, in_smem ? (size_t)kp * 8 : 0, [&] {
+        sort_rows_desc(packed.data(), rows, kp, k, in_smem, bs.data(), bi.data());
+    });
+    auto better = [](std::pair<float, int> a, std::pair<float, int> b) {
+        if (a.first != b.first) return a.first > b.first;
+        if (std::signbit(a.first) != std::signbit(b.first)) return std::signbit(b.first);
+        return a.second < b.second;
+    };
+    for (int r = 0; r < rows; ++r) {
+        std::vector<std::pair<float, int>> all;
+        int visible = causal ? std::min(cols, row0 + r + 1) : cols;
+        for (int c = 0; c < visible; ++c) all.push_back({s[(size_t)r * cols + c], c});
+        std::sort(all.begin(), all.end(), better);
+        for (int j = 0; j < k; ++j) {
+            float got_s = bs[(size_t)r * k + j];
+            unsigned got_i = bi[(size_t)r * k + j];
+            if (j >= (int)all.size()) {
+                if (got_i != 0xffffffffu || !(std::isinf(got_s) && got_s < 0)) ++bad;
+                continue;
+            }
+            if (got_i != (unsigned)all[j].second ||
+                __float_as_uint(got_s) != __float_as_uint(all[j].first))
+                ++bad;
+        }
+    }
+    char name[128];
+    std::snprintf(name, sizeof name, "radix rows %d keys %d k %d%s%s%s%s", rows, cols, k,
+                  causal ? " causal" : "", grid > 0 ? " ties" : "", zeros ? " ±0" : "",
+                  in_smem ? " smem" : "");
+    std::printf("%-44s %s (%d problems)\n", name, bad ? "FAIL" : "ok", bad);
+    if (bad) ++failures;
+}
+
+static void radix_checks() {
+    check_radix(3, 1000, 1, false, 0, 0, false, true, 21);      // k = 1
+    check_radix(3, 777, 777, false, 0, 0, false, true, 22);     // k = n: every key, sorted
+    check_radix(4, 3000, 2000, false, 0, 0, false, false, 23);  // k > 1,024, sorted in place
+    check_radix(4, 3000, 1500, false, 0, 4, false, true, 24);   // ties at the threshold
+    check_radix(2, 2048, 700, false, 0, 1, true, false, 25);    // few values, ±0 mixed
+    check_radix(3, 500, 300, false, 0, -1, false, true, 26);    // all equal: lowest ids win
+    check_radix(9, 1500, 1100, true, 0, 8, false, true, 27);    // causal: rows see < k keys
+    check_radix(6, 2500, 1200, true, 1000, 0, false, false, 28);  // causal with an offset
+    check_radix(2, 20000, 16000, false, 0, 64, false, false, 29);  // a pooled kNN's k
+}
+
+int main(int argc, char** argv) {
+    // `kernel-emu radix`: only the radix path (the deliberate-bug runs of kernel-emu.sh).
+    if (argc > 1 && std::strcmp(argv[1], "radix") == 0) {
+        radix_checks();
+        std::printf(failures ? "%d check(s) failed\n" : "radix checks passed\n", failures);
+        return failures ? 1 : 0;
+    }
     // Selection over GEMM tiles: several tiles, k below and above a merge buffer, causal rows
     // (including rows that see fewer than k keys), row counts not a multiple of the block.
     check_select(13, 1000, 1000, 10, false, 0, 1);
@@ -291,6 +387,8 @@ int main() {
     check_fused(64, 130, 128, 1, false, 0, 12);
     check_fused(64, 1100, 16, 1024, false, 0, 15);
     check_fused(70, 1300, 16, 1024, true, 200, 16);
+    // Any k ≤ n: radix select over whole rows, then the sort.
+    radix_checks();
     if (failures) {
         std::printf("%d check(s) failed\n", failures);
         return 1;

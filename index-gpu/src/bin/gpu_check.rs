@@ -209,9 +209,14 @@ fn run(cases: &Path, out: &Path, quick: bool) -> Result<()> {
     let device = probe.device_name().to_string();
     println!("device: {device}; cuBLAS: {}", probe.has_cublas());
     let paths: Vec<KernelPath> = if probe.has_cublas() {
-        vec![KernelPath::Fused, KernelPath::Gemm]
+        vec![
+            KernelPath::Fused,
+            KernelPath::Gemm,
+            KernelPath::Radix,
+            KernelPath::Auto,
+        ]
     } else {
-        vec![KernelPath::Fused]
+        vec![KernelPath::Fused, KernelPath::Auto]
     };
     // One backend per path (each opening compiles the kernels once).
     let opts = |path, rescore| CudaKnnOptions {

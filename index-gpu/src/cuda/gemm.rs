@@ -102,16 +102,16 @@ pub(super) fn run_gemm_select(
 
 /// Row-major f16 rows (as bits) in a device buffer, from element `offset`: a GEMM operand.
 #[derive(Clone, Copy)]
-struct F16Rows<'a> {
-    buf: &'a CudaSlice<u16>,
-    offset: usize,
+pub(super) struct F16Rows<'a> {
+    pub(super) buf: &'a CudaSlice<u16>,
+    pub(super) offset: usize,
 }
 
 /// Column-major C (`m × n`, leading dimension `ldc`) = Aᵀ·B where A holds `m` rows of `k` halves
 /// (row-major, i.e. column-major `k × m`), and B `n` rows of `k` halves. In row-major terms:
 /// C (as `n × m`) = B·Aᵀ, the scores of B's rows against A's rows. Returns the GEMM's time
 /// (CUDA events, ms).
-fn gemm_f16_f32(
+pub(super) fn gemm_f16_f32(
     gpu: &Gpu,
     blas: &CudaBlas,
     (m, n, k): (usize, usize, usize),

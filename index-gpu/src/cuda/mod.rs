@@ -1,11 +1,15 @@
 //! [`CudaKnn`]: exact batched top-k on an NVIDIA GPU.
 //!
-//! Two paths, chosen per call ([`KernelPath`]):
+//! Three paths, chosen per call ([`KernelPath`]):
 //! - **fused** (`fused_score_topk`): each block scores 64 queries against all keys with
 //!   tensor-core `mma.sync` and filters the scores in registers against each row's running k-th
 //!   score, so the `m × n` score matrix never goes through memory. Needs `dim ≤ 128`.
 //! - **gemm**: cuBLAS `GemmEx` (f16 inputs, f32 accumulate and output) writes a tile of scores,
 //!   `topk_select_tile` filters it and merges into the running lists. Any dimension.
+//! - **radix**: cuBLAS writes whole rows of scores (every visible key), `radix_select_rows` finds
+//!   each row's k-th best by a byte-wise radix select and compacts the k, `sort_rows_desc` sorts
+//!   them. Any k ≤ n (the two paths above keep running lists of at most
+//!   [`LIST_MAX_K`](crate::kernels::LIST_MAX_K)), in the CPU's exact order, ties by id.
 //!
 //! Queries run in chunks on two streams: while the GPU computes chunk c, the next chunk's queries
 //! are uploaded and the previous chunk's lists come back. Tiles are sized from free device memory.
@@ -17,12 +21,14 @@
 //! | `run.rs` | [`CudaKnn::run`]: the chunk loop over the two streams, downloads of finished chunks |
 //! | `fused.rs` | [`Chunk`](fused::Chunk), a chunk of queries against the keys; launches of `topk_init` and `fused_score_topk` |
 //! | `gemm.rs` | cuBLAS `GemmEx` tiles each followed by `topk_select_tile`; the GEMM rate probe |
+//! | `radix.rs` | whole-row GEMM, then `radix_select_rows` and `sort_rows_desc` (any k ≤ n) |
 //! | `host.rs` | host side: padded f16 rows with range scaling, exact f32 rescoring, unscaling |
 //!
 //! ```text
 //!  queries, keys ──host::pad_*──► f16 rows ──copy stream──► device
 //!                                     │ per chunk of queries, on the compute stream:
 //!                                     ▼ fused::launch_init, then fused::launch_fused | gemm::run_gemm_select
+//!                                     │                          | radix::run_radix_select
 //!                                     │ (the previous chunk's lists download meanwhile)
 //!                                     ▼
 //!                     host::rescore (exact f32) | host::unscale ──► KnnResult
@@ -31,8 +37,10 @@
 mod fused;
 mod gemm;
 mod host;
+mod radix;
 mod run;
 mod setup;
+mod timer;
 
 use crate::runtime::record;
 use crate::{GpuError, Result};
@@ -47,12 +55,15 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KernelPath {
-    /// Fused when the dimension allows it (≤ 128), else GEMM.
+    /// Radix when k exceeds [`LIST_MAX_K`](crate::kernels::LIST_MAX_K); else fused when the
+    /// dimension allows it (≤ 128), else GEMM.
     Auto,
-    /// Scores and selection in one kernel.
+    /// Scores and selection in one kernel (k ≤ 1,024, dim ≤ 128).
     Fused,
-    /// cuBLAS GEMM tiles, then selection.
+    /// cuBLAS GEMM tiles, then selection into running lists (k ≤ 1,024).
     Gemm,
+    /// cuBLAS GEMM of whole rows, then a radix select and a sort: any k ≤ n.
+    Radix,
 }
 
 /// Options of [`CudaKnn`].
@@ -79,15 +90,18 @@ impl Default for CudaKnnOptions {
 /// Where the time of one [`CudaKnn::run`] went, in milliseconds. GPU intervals are CUDA events.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Timings {
-    /// The path that ran (`fused` or `gemm`).
+    /// The path that ran (`fused`, `gemm` or `radix`).
     pub path: String,
+    /// With [`KernelPath::Auto`] choosing among several paths: what it measured and chose
+    /// ([`crate::calibrate::Calibration::summary`]; measured on the first such call only).
+    pub auto: Option<String>,
     /// Host conversion of queries and keys to padded f16.
     pub prepare_ms: f64,
     /// Host-to-device copies (copy stream).
     pub upload_ms: f64,
     /// Kernels only: the sum over chunks of the compute stream's busy intervals.
     pub kernel_ms: f64,
-    /// Of `kernel_ms`, the cuBLAS GEMMs (gemm path only).
+    /// Of `kernel_ms`, the cuBLAS GEMMs (gemm and radix paths).
     pub gemm_ms: f64,
     /// Device-to-host copies of the results.
     pub download_ms: f64,
@@ -125,6 +139,8 @@ struct Gpu {
     init: CudaFunction,
     select: CudaFunction,
     fused: CudaFunction,
+    radix_select: CudaFunction,
+    radix_sort: CudaFunction,
     /// Dynamic shared memory a block may opt into.
     smem_optin: usize,
 }

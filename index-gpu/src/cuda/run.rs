@@ -1,11 +1,17 @@
 //! [`CudaKnn::run`]: queries in chunks over two streams. While the compute stream scores chunk
 //! c, the copy stream uploads its queries and brings back chunk c − 1's lists ([`Pending`]).
 
-use super::fused::{launch_fused, launch_init, Chunk};
+use super::fused::{launch_fused, launch_init, Chunk, Lists};
 use super::gemm::run_gemm_select;
 use super::host::{pad_keys, pad_queries, rescore, unscale};
+use super::radix::run_radix_select;
+use super::setup::candidates;
+use super::timer::DeviceTimer;
 use super::{CudaKnn, Gpu, KernelPath, Timings};
-use crate::kernels::{FUSED_BM, FUSED_BN, MAX_K};
+use crate::calibrate::{
+    calibrate, path_name, CalibrationCache, CalibrationShape, CALIBRATION_REPS,
+};
+use crate::kernels::{radix_slots, FUSED_BM, FUSED_BN};
 use crate::runtime::{elapsed_ms as elapsed, record};
 use crate::{GpuError, Result};
 use cudarc::driver::CudaSlice;
@@ -24,18 +30,14 @@ impl CudaKnn {
     ) -> Result<(KnnResult, Timings)> {
         let wall = Instant::now();
         let m = check_knn_args(queries, keys, k)?;
-        if k > MAX_K {
-            return Err(GpuError::Input(format!(
-                "k = {k} exceeds the GPU kernels' limit of {MAX_K}; use device=cpu"
-            )));
-        }
         let d = keys.dim();
         let n = keys.len();
         let dp = d.next_multiple_of(16);
         let gpu = self.lock()?;
-        let path = self.resolve_path(&gpu, dp)?;
+        let (path, auto) = self.choose_path(&gpu, dp, k)?;
         let mut t = Timings {
-            path: format!("{path:?}").to_lowercase(),
+            path: path_name(path).to_string(),
+            auto,
             ..Default::default()
         };
 
@@ -51,8 +53,7 @@ impl CudaKnn {
         let mut ids = vec![KnnResult::PAD; m * k];
         let mut scores = vec![f32::NEG_INFINITY; m * k];
         let mut query_scales = vec![1.0f32; m];
-        // Score tile of the GEMM path, reused by every chunk.
-        let mut tile: Option<(CudaSlice<f32>, usize)> = None;
+        let mut scratch = Scratch::default();
         let mut pending: Option<Pending> = None;
         let mut q0 = 0;
         while q0 < m {
@@ -81,22 +82,14 @@ impl CudaKnn {
                 causal: options.causal,
                 k,
             };
-            match path {
-                KernelPath::Fused => launch_fused(&gpu, &job, (&mut best_s, &mut best_i))?,
-                _ => {
-                    let key_tile = self.key_tile(&gpu, chunk, n)?;
-                    if tile.as_ref().is_none_or(|(_, cols)| *cols != key_tile) {
-                        let buf =
-                            gpu.zeros::<f32>(chunk * key_tile, "allocating the score tile")?;
-                        tile = Some((buf, key_tile));
-                    }
-                    let Some((buf, _)) = tile.as_mut() else {
-                        unreachable!("the tile was just allocated")
-                    };
-                    t.gemm_ms +=
-                        run_gemm_select(&gpu, &job, (buf, key_tile), (&mut best_s, &mut best_i))?;
-                }
-            }
+            t.gemm_ms += self.compute_chunk(
+                &gpu,
+                path,
+                &job,
+                chunk.min(m),
+                &mut scratch,
+                (&mut best_s, &mut best_i),
+            )?;
             let c1 = record(&gpu.compute)?;
             t.upload_ms += elapsed(&e0, &e1)?;
             // The previous chunk comes back while this one computes.
@@ -129,6 +122,85 @@ impl CudaKnn {
         t.rescore_ms = ms(started);
         t.wall_ms = ms(wall);
         Ok((KnnResult { k, ids, scores }, t))
+    }
+}
+
+impl CudaKnn {
+    /// The path of a call and, when `auto` measured the candidates, its summary. The measurement
+    /// runs once per (device, padded dimension, k class) in the process
+    /// ([`CalibrationCache::global`]).
+    fn choose_path(&self, gpu: &Gpu, dp: usize, k: usize) -> Result<(KernelPath, Option<String>)> {
+        let paths = candidates(self.options.path, Self::capabilities(gpu, dp), dp, k)?;
+        if let [only] = paths[..] {
+            return Ok((only, None));
+        }
+        let shape = CalibrationShape::for_call(dp, k);
+        let device = format!("{} {}", self.name, self.device_name);
+        let c = CalibrationCache::global().get_or_measure(&device, shape, || {
+            let mut timer = DeviceTimer::new(self, gpu);
+            calibrate(&paths, shape, &mut timer, CALIBRATION_REPS)
+        })?;
+        Ok((c.choice, Some(c.summary())))
+    }
+
+    /// Runs `path` on one chunk into its lists (initialised); `chunk_rows` is the most rows any
+    /// chunk of the call has (buffers in `scratch` are sized for it and reused). Returns the
+    /// GEMM time (ms; 0 for the fused path).
+    pub(super) fn compute_chunk(
+        &self,
+        gpu: &Gpu,
+        path: KernelPath,
+        job: &Chunk<'_>,
+        chunk_rows: usize,
+        scratch: &mut Scratch,
+        best: Lists<'_>,
+    ) -> Result<f64> {
+        match path {
+            KernelPath::Fused => {
+                launch_fused(gpu, job, best)?;
+                Ok(0.0)
+            }
+            KernelPath::Gemm => {
+                let key_tile = self.key_tile(gpu, chunk_rows, job.n)?;
+                let tile = scratch.tile(gpu, chunk_rows * key_tile)?;
+                run_gemm_select(gpu, job, (tile, key_tile), best)
+            }
+            KernelPath::Radix => {
+                let slots = chunk_rows * radix_slots(job.k);
+                let mut packed = match scratch.packed.take() {
+                    Some(p) if p.len() >= slots => p,
+                    _ => gpu.zeros::<u64>(slots, "allocating packed keys")?,
+                };
+                let r = scratch
+                    .tile(gpu, chunk_rows * job.n)
+                    .and_then(|tile| run_radix_select(gpu, job, tile, &mut packed, best));
+                scratch.packed = Some(packed);
+                r
+            }
+            KernelPath::Auto => Err(GpuError::Input(
+                "internal: the auto path must be resolved before running".to_string(),
+            )),
+        }
+    }
+}
+
+/// Device buffers of the gemm and radix paths besides the lists, reused across chunks.
+#[derive(Default)]
+pub(super) struct Scratch {
+    tile: Option<CudaSlice<f32>>,
+    packed: Option<CudaSlice<u64>>,
+}
+
+impl Scratch {
+    /// The score tile, (re)allocated to hold at least `len` f32.
+    fn tile(&mut self, gpu: &Gpu, len: usize) -> Result<&mut CudaSlice<f32>> {
+        if self.tile.as_ref().is_none_or(|t| t.len() < len) {
+            self.tile = None; // free the old one first
+            self.tile = Some(gpu.zeros::<f32>(len, "allocating the score tile")?);
+        }
+        self.tile
+            .as_mut()
+            .ok_or_else(|| GpuError::Input("internal: no score tile".to_string()))
     }
 }
 

@@ -2,7 +2,7 @@
 //! loaded, the streams and cuBLAS; then per call the kernel path and the chunk and tile sizes.
 
 use super::{CudaKnn, CudaKnnOptions, Gpu, KernelPath};
-use crate::kernels::{self, FUSED_BM, FUSED_BN, TOPK_FUNCTIONS};
+use crate::kernels::{self, radix_slots, FUSED_BM, FUSED_BN, LIST_MAX_K, TOPK_FUNCTIONS};
 use crate::runtime;
 use crate::{GpuError, Result};
 use cudarc::driver::sys::CUdevice_attribute;
@@ -15,7 +15,7 @@ impl CudaKnn {
         let (ctx, capability) = runtime::open_device(ordinal)?;
         let device_name = runtime::device_name(&ctx);
         let ptx = kernels::compile_topk(capability)?;
-        let [init, select, fused] =
+        let [init, select, fused, radix_select, radix_sort] =
             runtime::load_kernels(&ctx, ptx, "kernels/topk.cu", TOPK_FUNCTIONS)?;
         let smem_optin = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
@@ -41,28 +41,18 @@ impl CudaKnn {
                 init,
                 select,
                 fused,
+                radix_select,
+                radix_sort,
                 smem_optin,
             }),
         })
     }
 
-    pub(super) fn resolve_path(&self, gpu: &Gpu, dp: usize) -> Result<KernelPath> {
-        let fused_fits = dp <= 128 && kernels::fused_smem_bytes(dp) <= gpu.smem_optin;
-        match self.options.path {
-            KernelPath::Fused if !fused_fits => Err(GpuError::Input(format!(
-                "the fused kernel needs dim ≤ 128 (padded {dp}); use the gemm path"
-            ))),
-            KernelPath::Gemm if gpu.blas.is_none() => Err(GpuError::Unavailable(
-                "the GEMM path needs cuBLAS (libcublas.so.13), which is not on the library path"
-                    .to_string(),
-            )),
-            KernelPath::Auto if fused_fits => Ok(KernelPath::Fused),
-            KernelPath::Auto if gpu.blas.is_none() => Err(GpuError::Unavailable(format!(
-                "dim {dp} needs the GEMM path, and cuBLAS (libcublas.so.13) is not on the \
-                 library path"
-            ))),
-            KernelPath::Auto => Ok(KernelPath::Gemm),
-            p => Ok(p),
+    /// What the device can run for padded dimension `dp`.
+    pub(super) fn capabilities(gpu: &Gpu, dp: usize) -> Capabilities {
+        Capabilities {
+            fused_fits: dp <= 128 && kernels::fused_smem_bytes(dp) <= gpu.smem_optin,
+            has_blas: gpu.blas.is_some(),
         }
     }
 
@@ -86,14 +76,19 @@ impl CudaKnn {
             .map_err(|e| GpuError::cuda("reading free memory", e))?;
         let keys_bytes = n.next_multiple_of(FUSED_BN) * dp * 2;
         let budget = free.saturating_sub(keys_bytes) / 4;
-        // Per query: its f16 row, its result lists, and (gemm) a row of the score tile.
-        let tile_row = if path == KernelPath::Gemm {
-            4 * n.min(65_536)
-        } else {
-            0
+        // Per query: its f16 row, its result lists, and (gemm) a row of the score tile, (radix)
+        // a whole row of scores and the packed keys.
+        let tile_row = match path {
+            KernelPath::Gemm => 4 * n.min(65_536),
+            KernelPath::Radix => 4 * n + 8 * radix_slots(k),
+            _ => 0,
         };
         let per_query = 2 * dp + 8 * k + tile_row;
-        let by_memory = (budget / per_query.max(1)).max(FUSED_BM);
+        let mut by_memory = (budget / per_query.max(1)).max(FUSED_BM);
+        if path == KernelPath::Radix {
+            // Whole rows of scores: keep the tile within 2³¹ elements (cuBLAS's int sizes).
+            by_memory = by_memory.min(((1usize << 31) / n.max(1)).max(FUSED_BM));
+        }
         let target = m.div_ceil(4).clamp(4096, 32_768);
         Ok(target.min(by_memory).next_multiple_of(FUSED_BM))
     }
@@ -108,5 +103,153 @@ impl CudaKnn {
         let budget = (free / 4).min(4 << 30);
         let cols = (budget / (4 * chunk)).max(256) / 256 * 256;
         Ok(cols.min(n.next_multiple_of(256)))
+    }
+}
+
+/// What a device can run for one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Capabilities {
+    /// The fused kernel's tiles fit the block's shared memory (and dim ≤ 128).
+    pub fused_fits: bool,
+    /// cuBLAS was found (the gemm and radix paths).
+    pub has_blas: bool,
+}
+
+/// The paths a request allows for padded dimension `dp` and `k`: the one asked for (or an error
+/// saying why it cannot run), or every path that can run for [`KernelPath::Auto`] (which then
+/// measures them, [`crate::calibrate`]). The fused and gemm paths keep running lists of at most
+/// [`LIST_MAX_K`]; the radix path takes any k.
+pub(crate) fn candidates(
+    requested: KernelPath,
+    caps: Capabilities,
+    dp: usize,
+    k: usize,
+) -> Result<Vec<KernelPath>> {
+    let lists_fit = k <= LIST_MAX_K;
+    let no_blas = |what: String| {
+        GpuError::Unavailable(format!(
+            "{what} needs cuBLAS (libcublas.so.13), which is not on the library path"
+        ))
+    };
+    match requested {
+        KernelPath::Fused | KernelPath::Gemm if !lists_fit => Err(GpuError::Input(format!(
+            "k = {k} exceeds the {LIST_MAX_K} of the {} path's running lists; use the radix \
+             (or auto) path",
+            crate::calibrate::path_name(requested)
+        ))),
+        KernelPath::Fused if !caps.fused_fits => Err(GpuError::Input(format!(
+            "the fused kernel needs dim ≤ 128 (padded {dp}); use the gemm path"
+        ))),
+        KernelPath::Gemm | KernelPath::Radix if !caps.has_blas => Err(no_blas(format!(
+            "the {} path",
+            crate::calibrate::path_name(requested)
+        ))),
+        KernelPath::Auto => {
+            let mut paths = Vec::new();
+            if lists_fit && caps.fused_fits {
+                paths.push(KernelPath::Fused);
+            }
+            if caps.has_blas {
+                if lists_fit {
+                    paths.push(KernelPath::Gemm);
+                }
+                paths.push(KernelPath::Radix);
+            }
+            if paths.is_empty() {
+                return Err(if lists_fit {
+                    no_blas(format!("dim {dp}"))
+                } else {
+                    no_blas(format!("k = {k} (over {LIST_MAX_K}, the radix path)"))
+                });
+            }
+            Ok(paths)
+        }
+        p => Ok(vec![p]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: Capabilities = Capabilities {
+        fused_fits: true,
+        has_blas: true,
+    };
+
+    #[test]
+    fn auto_measures_every_path_that_can_run() {
+        use KernelPath::*;
+        assert_eq!(
+            candidates(Auto, ALL, 128, 100).expect("candidates"),
+            [Fused, Gemm, Radix]
+        );
+        let wide = Capabilities {
+            fused_fits: false,
+            ..ALL
+        };
+        assert_eq!(
+            candidates(Auto, wide, 208, 100).expect("candidates"),
+            [Gemm, Radix]
+        );
+        // k over the running lists' limit: the radix path alone (no measurement needed).
+        assert_eq!(
+            candidates(Auto, ALL, 128, 16_000).expect("candidates"),
+            [Radix]
+        );
+        assert_eq!(
+            candidates(Auto, ALL, 128, 1025).expect("candidates"),
+            [Radix]
+        );
+        assert_eq!(
+            candidates(Auto, ALL, 128, 1024).expect("candidates"),
+            [Fused, Gemm, Radix]
+        );
+        let no_blas = Capabilities {
+            fused_fits: true,
+            has_blas: false,
+        };
+        assert_eq!(
+            candidates(Auto, no_blas, 64, 10).expect("candidates"),
+            [Fused]
+        );
+    }
+
+    #[test]
+    fn explicit_paths_that_cannot_run_say_why() {
+        use KernelPath::*;
+        assert_eq!(candidates(Radix, ALL, 64, 5).expect("candidates"), [Radix]);
+        assert_eq!(candidates(Gemm, ALL, 64, 1024).expect("candidates"), [Gemm]);
+        let e = candidates(Fused, ALL, 64, 16_000)
+            .expect_err("an error")
+            .to_string();
+        assert!(e.contains("radix"), "{e}");
+        let e = candidates(Gemm, ALL, 64, 2000)
+            .expect_err("an error")
+            .to_string();
+        assert!(e.contains("1024"), "{e}");
+        let wide = Capabilities {
+            fused_fits: false,
+            ..ALL
+        };
+        assert!(candidates(Fused, wide, 208, 10).is_err());
+        let no_blas = Capabilities {
+            fused_fits: true,
+            has_blas: false,
+        };
+        for (p, k) in [(Gemm, 10), (Radix, 10), (Auto, 16_000)] {
+            let e = candidates(p, no_blas, 64, k).expect_err("an error");
+            assert!(matches!(e, GpuError::Unavailable(_)), "{p:?}: {e}");
+        }
+        let e = candidates(
+            Auto,
+            Capabilities {
+                fused_fits: false,
+                has_blas: false,
+            },
+            208,
+            10,
+        );
+        assert!(matches!(e, Err(GpuError::Unavailable(_))));
     }
 }
