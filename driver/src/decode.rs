@@ -71,6 +71,34 @@ pub struct Latency {
     pub total: f64,
 }
 
+impl Latency {
+    /// Every field of `self` plus `o`'s (to average over runs with [`Latency::scaled`]).
+    pub fn add(self, o: &Latency) -> Latency {
+        Latency {
+            search: self.search + o.search,
+            attention: self.attention + o.attention,
+            attention_global: self.attention_global + o.attention_global,
+            attention_local: self.attention_local + o.attention_local,
+            matmul: self.matmul + o.matmul,
+            rest: self.rest + o.rest,
+            total: self.total + o.total,
+        }
+    }
+
+    /// Every field times `f`.
+    pub fn scaled(self, f: f64) -> Latency {
+        Latency {
+            search: self.search * f,
+            attention: self.attention * f,
+            attention_global: self.attention_global * f,
+            attention_local: self.attention_local * f,
+            matmul: self.matmul * f,
+            rest: self.rest * f,
+            total: self.total * f,
+        }
+    }
+}
+
 /// One sequence decoding under one policy.
 #[derive(Debug)]
 pub struct Decoder<'m> {

@@ -238,7 +238,7 @@ mod scalar {
     }
 }
 
-/// The AVX2 kernels (ggml's `arch/x86/quants.c` scheme).
+/// The AVX2 kernels (ggml's `arch/x86/quants.c` scheme), with F16C for the block scales.
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
@@ -256,7 +256,7 @@ mod avx2 {
     macro_rules! wrap {
         ($f:ident) => {{
             fn k(w: &[u8], a: &Q8Act) -> f32 {
-                // SAFETY: `kernel` hands this out only where AVX2 and FMA were detected.
+                // SAFETY: `kernel` hands this out only where AVX2, FMA and F16C were detected.
                 unsafe { $f(w, a) }
             }
             k as RowKernel
@@ -272,6 +272,15 @@ mod avx2 {
             GgmlType::Q6K => wrap!(q6_k),
             _ => return None,
         })
+    }
+
+    /// The f16 at `b[at..at + 2]` as f32, inline (`half`'s conversion detects F16C per call,
+    /// which cost as much as the integer work of a block).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn h2f(b: &[u8], at: usize) -> f32 {
+        let bits = u16::from_le_bytes([b[at], b[at + 1]]);
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
     }
 
     /// 32 bytes of `s` from `at` (bounds checked by the slice index).
@@ -299,14 +308,14 @@ mod avx2 {
 
     /// Eight i32 lanes of `Σ u·s` over pairs of unsigned `u` and signed `s` bytes, as f32.
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn mul_sum_us8(u: __m256i, s: __m256i) -> __m256 {
         let p = _mm256_maddubs_epi16(u, s);
         _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)))
     }
 
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn hsum(v: __m256) -> f32 {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -316,7 +325,7 @@ mod avx2 {
 
     /// The 32 nibbles of 16 bytes in weight order: low nibbles then high nibbles.
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn nibbles16(b: __m128i) -> __m256i {
         let m = _mm_set1_epi8(0x0F);
         let lo = _mm_and_si128(b, m);
@@ -324,7 +333,7 @@ mod avx2 {
         _mm256_set_m128i(hi, lo)
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn q8_0(w: &[u8], a: &Q8Act) -> f32 {
         let mut acc = _mm256_setzero_ps();
         for (b, blk) in w.chunks_exact(34).enumerate() {
@@ -332,13 +341,13 @@ mod avx2 {
             let y = act(a, b);
             // |x| × (y with x's sign): unsigned × signed, as maddubs needs.
             let p = mul_sum_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-            let d = _mm256_set1_ps(f16_at(blk, 0) * a.d[b]);
+            let d = _mm256_set1_ps(h2f(blk, 0) * a.d[b]);
             acc = _mm256_fmadd_ps(d, p, acc);
         }
         hsum(acc)
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn q4_1(w: &[u8], a: &Q8Act) -> f32 {
         let mut acc = _mm256_setzero_ps();
         let mut mins = 0f32;
@@ -346,9 +355,9 @@ mod avx2 {
             let x = nibbles16(load16(blk, 4));
             let p = mul_sum_us8(x, act(a, b));
             let da = a.d[b];
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(blk, 0) * da), p, acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(blk, 0) * da), p, acc);
             let [s0, s1] = a.sums[b];
-            mins += f16_at(blk, 2) * da * (s0 + s1) as f32;
+            mins += h2f(blk, 2) * da * (s0 + s1) as f32;
         }
         hsum(acc) + mins
     }
@@ -356,7 +365,7 @@ mod avx2 {
     /// Byte `j` of the result is `0x10` where bit `j` of `qh` is set, else 0 (ggml's
     /// `bytes_from_bits_32`, shifted to the fifth bit).
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn fifth_bits(qh: u32) -> __m256i {
         let t = _mm256_set1_epi32(qh as i32);
         let shuf = _mm256_set_epi64x(
@@ -372,7 +381,7 @@ mod avx2 {
         _mm256_and_si256(set, _mm256_set1_epi8(0x10))
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn q5_0(w: &[u8], a: &Q8Act) -> f32 {
         let mut acc = _mm256_setzero_ps();
         let mut offs = 0f32;
@@ -380,7 +389,7 @@ mod avx2 {
             let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
             let x = _mm256_or_si256(nibbles16(load16(blk, 6)), fifth_bits(qh));
             let p = mul_sum_us8(x, act(a, b));
-            let dd = f16_at(blk, 0) * a.d[b];
+            let dd = h2f(blk, 0) * a.d[b];
             acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), p, acc);
             let [s0, s1] = a.sums[b];
             offs += dd * (16 * (s0 + s1)) as f32;
@@ -388,13 +397,13 @@ mod avx2 {
         hsum(acc) - offs
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn q4_k(w: &[u8], a: &Q8Act) -> f32 {
         let mut acc = _mm256_setzero_ps();
         let mut mins = 0f32;
         let m4 = _mm256_set1_epi8(0x0F);
         for (sb, blk) in w.chunks_exact(144).enumerate() {
-            let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
+            let (d, dmin) = (h2f(blk, 0), h2f(blk, 2));
             let packed = &blk[4..16];
             for i in 0..4 {
                 let q = load32(blk, 16 + 32 * i);
@@ -417,14 +426,14 @@ mod avx2 {
         hsum(acc) - mins
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     fn q6_k(w: &[u8], a: &Q8Act) -> f32 {
         let mut acc = _mm256_setzero_ps();
         let mut offs = 0f32;
         let m4 = _mm256_set1_epi8(0x0F);
         let m2 = _mm256_set1_epi8(3);
         for (sb, blk) in w.chunks_exact(210).enumerate() {
-            let d = f16_at(blk, 208);
+            let d = h2f(blk, 208);
             for half in 0..2 {
                 let ql0 = load32(blk, half * 64);
                 let ql1 = load32(blk, half * 64 + 32);
