@@ -73,7 +73,7 @@ pub struct Latency {
 
 impl Latency {
     /// Every field of `self` plus `o`'s (to average over runs with [`Latency::scaled`]).
-    pub fn add(self, o: &Latency) -> Latency {
+    pub fn plus(self, o: &Latency) -> Latency {
         Latency {
             search: self.search + o.search,
             attention: self.attention + o.attention,

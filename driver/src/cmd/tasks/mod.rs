@@ -245,7 +245,7 @@ pub fn run(args: TasksArgs, devices: &Devices) -> anyhow::Result<()> {
                     acc.keys_scored += scored;
                     acc.keys_attended += attended;
                     acc.ms_per_token += dec.latency().total;
-                    acc.latency = acc.latency.add(&dec.latency());
+                    acc.latency = acc.latency.plus(&dec.latency());
                     acc.build_s += build_s;
                     let score = score::string_match_all(&text, &sample.expected);
                     // One line per answer (the bar is hidden when stderr is not a terminal).
