@@ -51,13 +51,52 @@ pub fn prefill(
     })
 }
 
-/// Mean per-token latency, milliseconds.
+/// Mean per-token latency of the decode steps, milliseconds, split the same way for every policy:
+/// `total = search + attention + rest`, with `attention = attention_global + attention_local`
+/// and `matmul` (the model's linear layers and LM head) part of `rest`.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct Latency {
+    /// The selector's search (retrieval policies; 0 for `full`).
     pub search: f64,
+    /// Attention of every layer: `attention_global + attention_local`.
     pub attention: f64,
+    /// Attention of the global layers (a retrieval policy's attention over its selected keys).
+    pub attention_global: f64,
+    /// Attention of the sliding-window layers (Gemma 3's local layers; 0 for SmolLM2).
+    pub attention_local: f64,
+    /// The model's matrix products: projections, MLP, LM head (part of `rest`).
+    pub matmul: f64,
+    /// Everything but search and attention: matmuls, norms, RoPE, the policy's bookkeeping.
     pub rest: f64,
     pub total: f64,
+}
+
+impl Latency {
+    /// Every field of `self` plus `o`'s (to average over runs with [`Latency::scaled`]).
+    pub fn plus(self, o: &Latency) -> Latency {
+        Latency {
+            search: self.search + o.search,
+            attention: self.attention + o.attention,
+            attention_global: self.attention_global + o.attention_global,
+            attention_local: self.attention_local + o.attention_local,
+            matmul: self.matmul + o.matmul,
+            rest: self.rest + o.rest,
+            total: self.total + o.total,
+        }
+    }
+
+    /// Every field times `f`.
+    pub fn scaled(self, f: f64) -> Latency {
+        Latency {
+            search: self.search * f,
+            attention: self.attention * f,
+            attention_global: self.attention_global * f,
+            attention_local: self.attention_local * f,
+            matmul: self.matmul * f,
+            rest: self.rest * f,
+            total: self.total * f,
+        }
+    }
 }
 
 /// One sequence decoding under one policy.
@@ -174,15 +213,19 @@ impl<'m> Decoder<'m> {
     /// Mean latency per step so far; the measurement pass of a policy is excluded.
     pub fn latency(&self) -> Latency {
         let per = |d: Duration| 1e3 * d.as_secs_f64() / self.steps.max(1) as f64;
-        let (search, attention, measure) = match &self.retrieval {
+        let (search, global, measure) = match &self.retrieval {
             Some(r) => (r.stats.search, r.stats.attention, r.stats.measure),
             None => (Duration::ZERO, self.timings.attention, Duration::ZERO),
         };
+        let local = self.timings.attention_local;
         let total = self.wall.saturating_sub(measure);
         Latency {
             search: per(search),
-            attention: per(attention),
-            rest: per(total.saturating_sub(search + attention)),
+            attention: per(global + local),
+            attention_global: per(global),
+            attention_local: per(local),
+            matmul: per(self.timings.matmul),
+            rest: per(total.saturating_sub(search + global + local)),
             total: per(total),
         }
     }

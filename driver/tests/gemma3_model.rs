@@ -97,5 +97,14 @@ fn gemma3_continues_scores_and_decodes_like_the_reference() {
         .zip(&got)
         .map(|(a, b)| (a - b).abs())
         .fold(0f32, f32::max);
-    assert!(worst < 1e-2, "decode vs prefill logits differ by {worst}");
+    // A decode step's matvecs quantize their input to 8 bits per block of 32 (`qdot.rs`, as
+    // llama.cpp does), the prefill's GEMMs do not: the logits differ by that rounding (0.48 at
+    // most when measured for issue 51; the f32 path was held to 1e-2), and the
+    // next token must not.
+    assert!(worst < 1.0, "decode vs prefill logits differ by {worst}");
+    assert_eq!(
+        argmax(&got, |_| false),
+        argmax(&want, |_| false),
+        "decode and prefill pick the same next token"
+    );
 }

@@ -197,6 +197,10 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
         "   ms per token   index-topk: search {:.2} + attention {:.2} + rest {:.2} = {:.2}   full: attention {:.2} + rest {:.2} = {:.2}",
         lf.search, lf.attention, lf.rest, lf.total, lx.attention, lx.rest, lx.total
     );
+    println!(
+        "   of which       index-topk: attention {:.2} global + {:.2} local, matmul {:.2}   full: attention {:.2} global + {:.2} local, matmul {:.2}",
+        lf.attention_global, lf.attention_local, lf.matmul, lx.attention_global, lx.attention_local, lx.matmul
+    );
     Ok(())
 }
 

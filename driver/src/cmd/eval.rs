@@ -291,13 +291,13 @@ fn opt(x: Option<f64>) -> String {
 
 fn print_table(results: &[EvalResult]) {
     println!(
-        "| policy | ppl | top-1 agreement | KL | mass | mass ratio | recall | keys attended | search ms | attention ms | rest ms | total ms | build s |"
+        "| policy | ppl | top-1 agreement | KL | mass | mass ratio | recall | keys attended | search ms | attention ms (global + local) | rest ms (matmul) | total ms | build s |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in results {
         let l = &r.latency_ms;
         println!(
-            "| {} | {:.4} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} |",
+            "| {} | {:.4} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} ({:.2} + {:.2}) | {:.2} ({:.2}) | {:.2} | {:.1} |",
             r.policy,
             r.ppl,
             opt(r.top1_agreement),
@@ -309,7 +309,10 @@ fn print_table(results: &[EvalResult]) {
                 .map_or("all".to_string(), |v| format!("{v:.0}")),
             l.search,
             l.attention,
+            l.attention_global,
+            l.attention_local,
             l.rest,
+            l.matmul,
             l.total,
             r.build_s
         );

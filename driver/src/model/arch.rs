@@ -158,7 +158,7 @@ pub struct RopeSpec {
 /// Row order of the q/k projections in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QkRowOrder {
-    /// llama.cpp's permutation for interleaved RoPE, undone at load (`weights::unpermute_rows`).
+    /// llama.cpp's permutation for interleaved RoPE, undone at load (`weights::gguf_row_of`).
     LlamaCppPermuted,
     /// Rotate-half (NEOX) order already (Gemma 3).
     AsStored,

@@ -188,15 +188,18 @@ impl ModelDevice {
 pub struct Timings {
     /// Linear layers: q/k/v/o projections, MLP, output head.
     pub matmul: Duration,
-    /// Attention: scores, softmax, weighted values.
+    /// Attention of the global layers: scores, softmax, weighted values (a decode policy's whole
+    /// step, its search included).
     pub attention: Duration,
+    /// Attention of the sliding-window (local) layers.
+    pub attention_local: Duration,
     /// Everything else: norms, RoPE, SwiGLU, embedding, cache copies.
     pub other: Duration,
 }
 
 impl Timings {
     pub fn total(&self) -> Duration {
-        self.matmul + self.attention + self.other
+        self.matmul + self.attention + self.attention_local + self.other
     }
 }
 
@@ -205,6 +208,7 @@ impl Timings {
 pub enum Part {
     Matmul,
     Attention,
+    AttentionLocal,
     Other,
 }
 
@@ -233,6 +237,7 @@ impl<'t> Timer<'t> {
         let slot = match part {
             Part::Matmul if self.times_matmul => &mut self.timings.matmul,
             Part::Attention => &mut self.timings.attention,
+            Part::AttentionLocal => &mut self.timings.attention_local,
             Part::Matmul | Part::Other => &mut self.timings.other,
         };
         *slot += now - self.last;
@@ -249,11 +254,17 @@ mod tests {
         for times_matmul in [true, false] {
             let mut t = Timings::default();
             let mut timer = Timer::new(&mut t, times_matmul);
-            for part in [Part::Matmul, Part::Attention, Part::Other] {
+            for part in [
+                Part::Matmul,
+                Part::Attention,
+                Part::AttentionLocal,
+                Part::Other,
+            ] {
                 std::thread::sleep(Duration::from_millis(2));
                 timer.lap(part);
             }
             assert!(t.attention >= Duration::from_millis(2));
+            assert!(t.attention_local >= Duration::from_millis(2));
             if times_matmul {
                 assert!(t.matmul >= Duration::from_millis(2));
                 assert!(t.other >= Duration::from_millis(2));

@@ -3,8 +3,8 @@
 //! The layout follows candle-transformers' `models/llama.rs`; what differs between model families
 //! is read from the layer's [`LayerSpec`] (`arch.rs`).
 //!
-//! Weights are generic over the tensor type `T`: `Vec<f32>` on the host (dequantized once at
-//! load), device memory once a backend uploaded them ([`Block::try_map`]).
+//! Weights are generic over the tensor type `T`: [`HostTensor`] on the host (matrices in their
+//! GGUF blocks or f32), device memory once a backend uploaded them ([`Block::try_map`]).
 
 use super::arch::{Activation, AttentionKind, LayerSpec, NormPlacement, QkNorm, QkRowOrder};
 use super::backend::{Backend, Part, Timer};
@@ -13,7 +13,8 @@ use super::config::Config;
 use super::error::{ModelError, Result};
 use super::gguf::GgufFile;
 use super::hooks::{CaptureFn, DecodeAttention, LayerCapture};
-use super::weights::unpermute_rows;
+use super::qtensor::HostTensor;
+use super::weights::gguf_row_of;
 
 /// Grouped-query self-attention with RoPE: the four projections, row-major `out × in`.
 #[derive(Debug)]
@@ -171,7 +172,10 @@ impl<T> Attention<T> {
                 b.attention(layer, &a.q, s.cache, heads, (n, pos0), window, &mut a.att)?
             }
         }
-        s.timer.lap(Part::Attention);
+        s.timer.lap(match spec.attention {
+            AttentionKind::Global => Part::Attention,
+            AttentionKind::SlidingWindow(_) => Part::AttentionLocal,
+        });
         b.linear(&a.att, n, &self.wo, (c.dim, q_dim), &mut a.h)?;
         s.timer.lap(Part::Matmul);
         Ok(())
@@ -288,14 +292,23 @@ impl<T> Block<T> {
     }
 }
 
-impl Attention<Vec<f32>> {
-    /// Layer `layer`'s projections from `g` (q/k rows brought to rotate-half order), and the q/k
-    /// norms where `spec` has them.
-    pub fn load(g: &GgufFile, cfg: &Config, layer: usize, spec: &LayerSpec) -> Result<Self> {
+impl Attention<HostTensor> {
+    /// Layer `layer`'s projections from `g` (q/k rows brought to rotate-half order; matrices in
+    /// their blocks where `keep_blocks`), and the q/k norms where `spec` has them.
+    pub fn load(
+        g: &GgufFile,
+        cfg: &Config,
+        (layer, keep_blocks): (usize, bool),
+        spec: &LayerSpec,
+    ) -> Result<Self> {
         let (d, q, kv) = (cfg.dim as u64, cfg.q_dim() as u64, cfg.kv_dim() as u64);
-        let t = |name: &str, dims: &[u64]| g.dequantize(&format!("blk.{layer}.{name}"), dims);
-        let rows = |w: Vec<f32>, heads: usize| match spec.rope.rows {
-            QkRowOrder::LlamaCppPermuted => unpermute_rows(&w, heads, cfg.head_dim, cfg.dim),
+        let t = |name: &str, dims: &[u64]| {
+            g.host_tensor(&format!("blk.{layer}.{name}"), dims, keep_blocks)
+        };
+        let rows = |w: HostTensor, heads: usize| match spec.rope.rows {
+            QkRowOrder::LlamaCppPermuted => {
+                w.permute_rows(heads * cfg.head_dim, |r| gguf_row_of(r, cfg.head_dim))
+            }
             QkRowOrder::AsStored => w,
         };
         let hd = [cfg.head_dim as u64];
@@ -317,11 +330,13 @@ impl Attention<Vec<f32>> {
     }
 }
 
-impl Mlp<Vec<f32>> {
-    /// Layer `layer`'s MLP from `g`.
-    pub fn load(g: &GgufFile, cfg: &Config, layer: usize) -> Result<Self> {
+impl Mlp<HostTensor> {
+    /// Layer `layer`'s MLP from `g` (matrices in their blocks where `keep_blocks`).
+    pub fn load(g: &GgufFile, cfg: &Config, layer: usize, keep_blocks: bool) -> Result<Self> {
         let (d, f) = (cfg.dim as u64, cfg.ffn_dim as u64);
-        let t = |name: &str, dims: &[u64]| g.dequantize(&format!("blk.{layer}.{name}"), dims);
+        let t = |name: &str, dims: &[u64]| {
+            g.host_tensor(&format!("blk.{layer}.{name}"), dims, keep_blocks)
+        };
         Ok(Mlp {
             gate: t("ffn_gate.weight", &[d, f])?,
             up: t("ffn_up.weight", &[d, f])?,
@@ -330,11 +345,14 @@ impl Mlp<Vec<f32>> {
     }
 }
 
-impl Block<Vec<f32>> {
-    /// Layer `layer` from `g`.
-    pub fn load(g: &GgufFile, cfg: &Config, layer: usize) -> Result<Self> {
+impl Block<HostTensor> {
+    /// Layer `layer` from `g` (matrices in their blocks where `keep_blocks`).
+    pub fn load(g: &GgufFile, cfg: &Config, layer: usize, keep_blocks: bool) -> Result<Self> {
         let spec = cfg.layer(layer);
-        let t = |name: &str| g.dequantize(&format!("blk.{layer}.{name}"), &[cfg.dim as u64]);
+        let t = |name: &str| {
+            g.dequantize(&format!("blk.{layer}.{name}"), &[cfg.dim as u64])
+                .map(HostTensor::F32)
+        };
         let (post_attn_norm, post_ffn_norm) = match spec.norms {
             NormPlacement::Pre => (None, None),
             NormPlacement::PrePost => (
@@ -346,9 +364,9 @@ impl Block<Vec<f32>> {
             post_attn_norm,
             post_ffn_norm,
             attn_norm: t("attn_norm.weight")?,
-            attn: Attention::load(g, cfg, layer, &spec)?,
+            attn: Attention::load(g, cfg, (layer, keep_blocks), &spec)?,
             ffn_norm: t("ffn_norm.weight")?,
-            mlp: Mlp::load(g, cfg, layer)?,
+            mlp: Mlp::load(g, cfg, layer, keep_blocks)?,
             spec,
         })
     }

@@ -1,5 +1,6 @@
 //! The CPU [`Backend`]: the kernels of `ops.rs` on host vectors, the reference every device is
-//! checked against.
+//! checked against. Linear layers whose weights are in GGUF blocks run the integer kernels of
+//! `qdot.rs` for one row (decode) and dequantized tiles through faer for more (prefill).
 
 use std::borrow::Cow;
 
@@ -8,16 +9,30 @@ use super::cache::KvCache;
 use super::error::Result;
 use super::hooks::{DecodeAttention, DecodeStep};
 use super::ops::{self, AttnShape, Rope};
+use super::qdot::Q8Act;
+use super::qtensor::{linear_blocks, HostTensor};
 
 /// The CPU backend of one forward call, reading the model's RoPE tables.
 #[derive(Debug)]
 pub struct CpuBackend<'m> {
     pub ropes: &'m [Rope],
+    /// The 8-bit activation of the current matrix-vector product (reused by every layer).
+    q8: Q8Act,
+}
+
+impl<'m> CpuBackend<'m> {
+    /// A backend for one forward call with the model's RoPE tables.
+    pub fn new(ropes: &'m [Rope]) -> Self {
+        CpuBackend {
+            ropes,
+            q8: Q8Act::default(),
+        }
+    }
 }
 
 impl Backend for CpuBackend<'_> {
     type Buf = Vec<f32>;
-    type Tensor = Vec<f32>;
+    type Tensor = HostTensor;
 
     const TIMES_MATMUL: bool = true;
 
@@ -35,13 +50,13 @@ impl Backend for CpuBackend<'_> {
 
     fn embed(
         &mut self,
-        table: &Vec<f32>,
+        table: &HostTensor,
         tokens: &[u32],
         dim: usize,
         out: &mut Vec<f32>,
     ) -> Result<()> {
         for (row, &t) in out.chunks_exact_mut(dim).zip(tokens) {
-            row.copy_from_slice(&table[t as usize * dim..(t as usize + 1) * dim]);
+            table.row_into(t as usize, row);
         }
         Ok(())
     }
@@ -49,24 +64,24 @@ impl Backend for CpuBackend<'_> {
     fn rms_norm(
         &mut self,
         x: &Vec<f32>,
-        w: &Vec<f32>,
+        w: &HostTensor,
         _: (usize, usize),
         eps: f32,
         out: &mut Vec<f32>,
     ) -> Result<()> {
         out.copy_from_slice(x);
-        ops::rms_norm(out, w, eps);
+        ops::rms_norm(out, &w.to_f32(), eps);
         Ok(())
     }
 
     fn rms_norm_in_place(
         &mut self,
         x: &mut Vec<f32>,
-        w: &Vec<f32>,
+        w: &HostTensor,
         _: (usize, usize),
         eps: f32,
     ) -> Result<()> {
-        ops::rms_norm(x, w, eps);
+        ops::rms_norm(x, &w.to_f32(), eps);
         Ok(())
     }
 
@@ -74,11 +89,14 @@ impl Backend for CpuBackend<'_> {
         &mut self,
         x: &Vec<f32>,
         rows: usize,
-        w: &Vec<f32>,
+        w: &HostTensor,
         (out, inp): (usize, usize),
         y: &mut Vec<f32>,
     ) -> Result<()> {
-        ops::linear(x, rows, w, out, inp, y);
+        match w {
+            HostTensor::F32(w) => ops::linear(x, rows, w, out, inp, y),
+            HostTensor::Blocks(q) => linear_blocks(q, x, rows, &mut self.q8, y),
+        }
         Ok(())
     }
 

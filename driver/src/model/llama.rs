@@ -3,7 +3,7 @@
 //! over [`Backend`]; the CPU runs it here, a CUDA device in `cuda/` (with its own upload of the
 //! weights).
 //!
-//! Weights are dequantized once at load (`weights.rs`); q/k projection rows are already in the
+//! Weights are read once at load (`weights.rs`: matrices in their GGUF blocks); q/k projection rows are already in the
 //! Hugging Face rotate-half order there, so the q and k seen by [`LayerCapture`] are what a PyTorch
 //! `LlamaAttention` hook sees after `apply_rotary_pos_emb`.
 //!
@@ -76,7 +76,7 @@ pub(crate) struct Pass<'a, 'c> {
     pub timings: &'a mut Timings,
 }
 
-/// A loaded model: configuration, f32 weights and RoPE tables, and the device that runs its
+/// A loaded model: configuration, weights and RoPE tables, and the device that runs its
 /// forward passes ([`ModelDevice`]; the CPU unless set otherwise).
 #[derive(Debug)]
 pub struct Llama {
@@ -204,9 +204,7 @@ impl Llama {
         };
         match &self.device {
             ModelDevice::Cpu => {
-                let mut cpu = CpuBackend {
-                    ropes: self.ropes.tables(),
-                };
+                let mut cpu = CpuBackend::new(self.ropes.tables());
                 self.forward_on(&mut cpu, &self.w, pass)
             }
             ModelDevice::Cuda(cuda) => cuda.forward(self, pass),
@@ -279,9 +277,7 @@ impl Llama {
     pub fn logits(&self, hidden: &[f32], timings: &mut Timings) -> Result<Vec<f32>> {
         match &self.device {
             ModelDevice::Cpu => {
-                let mut cpu = CpuBackend {
-                    ropes: self.ropes.tables(),
-                };
+                let mut cpu = CpuBackend::new(self.ropes.tables());
                 self.logits_on(&mut cpu, &self.w, hidden, timings)
             }
             ModelDevice::Cuda(cuda) => cuda.logits(self, hidden, timings),

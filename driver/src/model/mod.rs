@@ -1,4 +1,4 @@
-//! The model of the driver (CPU f32 or CUDA), loaded from a GGUF file; one forward pass written
+//! The model of the driver (CPU or CUDA), loaded from a GGUF file; one forward pass written
 //! once over the operations of a [`Backend`], with the family's choices per layer in an
 //! [`Architecture`] seam (Llama today).
 //!
@@ -7,10 +7,12 @@
 //! | `error.rs` | [`ModelError`], the typed errors of everything below |
 //! | `gguf/` | GGUF reader (metadata, tensor table, mmap) and a small writer for tests |
 //! | `quant.rs` | ggml types; dequantization of F32, F16, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K |
+//! | `qdot.rs` | integer dot products of Q8_0/Q4_1/Q5_0/Q4_K/Q6_K rows with 8-bit activations (AVX2 or portable) |
+//! | `qtensor.rs` | [`HostTensor`]: f32 or a matrix kept in its GGUF blocks; the quantized linear layer |
 //! | `spm.rs` | SentencePiece segmentation from a GGUF `llama` vocabulary (Gemma 3) |
 //! | `arch.rs` | [`Architecture`] and [`LayerSpec`]: norms, q/k norm, activation, RoPE, attention kind per layer |
 //! | `config.rs` | [`Config`]: hyperparameters from the `<arch>.*` metadata |
-//! | `weights.rs` | [`Weights`]: f32 tensors of every layer; undoing llama.cpp's q/k row permutation |
+//! | `weights.rs` | [`Weights`]: the tensors of every layer (matrices in their GGUF blocks); undoing llama.cpp's q/k row permutation |
 //! | `block.rs` | [`Attention`], [`Mlp`], [`Block`]: `load` from GGUF, `forward` over a [`Backend`] |
 //! | `llama.rs` | [`Llama`]: the embedding, the layer loop, the final norm and the logits; RoPE tables |
 //! | `backend.rs` | the [`Backend`] trait of operations; [`ModelDevice`]; [`Timings`] |
@@ -32,6 +34,7 @@
 //!               (QkNorm) rope(q), rope(k) with the layer's base  ─► append_kv ─► capture
 //!               AttentionKind::Global: att = policy (decode steps) | causal attention
 //!                                                                                 [attention]
+//!               AttentionKind::SlidingWindow: att = windowed causal attention   [attention_local]
 //!               h = linear(att, wo)                                               [matmul]
 //!    x += h;  h = rms_norm(x, ffn_norm)                                           [other]
 //!    Mlp:       gate, up = linear(h, w_gate | w_up)                               [matmul]
@@ -55,6 +58,8 @@ pub mod gguf;
 pub mod hooks;
 pub mod llama;
 pub mod ops;
+pub mod qdot;
+pub mod qtensor;
 pub mod quant;
 pub mod simd;
 pub mod spm;
@@ -74,6 +79,7 @@ pub use cuda::CudaBackend;
 pub use error::{ModelError, Result};
 pub use hooks::{CaptureFn, DecodeAttention, DecodeStep, LayerCapture, StaticPartFn, StaticParts};
 pub use llama::{argmax, Llama};
+pub use qtensor::HostTensor;
 pub use tokenizer::{chat_prompt, ModelTokenizer, DEFAULT_SYSTEM};
 pub use weights::Weights;
 

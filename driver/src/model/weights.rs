@@ -1,5 +1,7 @@
-//! The model's weights, dequantized to f32 once at load: the token embedding (also the output
-//! head), one [`Block`] per layer, the final norm.
+//! The model's weights: the token embedding (also the output head), one [`Block`] per layer, the
+//! final norm. Matrices stay in their GGUF blocks where `qdot.rs` has an integer kernel for their
+//! type ([`HostTensor`]); norms and other types are dequantized to f32 once at load.
+//! `QKINDEX_F32_WEIGHTS=1` dequantizes everything (the f32 path, for comparisons).
 //!
 //! llama.cpp's converter (`convert_hf_to_gguf.py`, `LlamaModel.permute`) reorders the rows of
 //! `attn_q` / `attn_k` within each head so that its interleaved RoPE (pairs `2i, 2i+1`) computes
@@ -14,40 +16,55 @@ use super::block::{Attention, Block, Mlp};
 use super::config::Config;
 use super::error::{ModelError, Result};
 use super::gguf::GgufFile;
+use super::qtensor::HostTensor;
 
-/// All weights of a model, tensors of type `T` (`Vec<f32>` on the host, row-major `out × in`
-/// for `Linear` weights as in PyTorch).
+/// All weights of a model, tensors of type `T` ([`HostTensor`] on the host, row-major
+/// `out × in` for `Linear` weights as in PyTorch).
 #[derive(Debug)]
-pub struct Weights<T = Vec<f32>> {
+pub struct Weights<T = HostTensor> {
     /// `vocab × dim`; also the output head (tied).
     pub embed: T,
     pub blocks: Vec<Block<T>>,
     pub out_norm: T,
 }
 
-/// Undoes llama.cpp's q/k row permutation: in each head of `head_dim` rows, GGUF row `2i + j`
-/// (`j ∈ {0, 1}`) is Hugging Face row `j · head_dim/2 + i`. `w` is row-major
+/// The GGUF row that holds Hugging Face row `row` under llama.cpp's q/k row permutation: in
+/// each head of `head_dim` rows, GGUF row `2i + j` (`j ∈ {0, 1}`) is Hugging Face row
+/// `j · head_dim/2 + i`.
+pub fn gguf_row_of(row: usize, head_dim: usize) -> usize {
+    let half = head_dim / 2;
+    let (h, r) = (row / head_dim, row % head_dim);
+    h * head_dim + 2 * (r % half) + r / half
+}
+
+/// Undoes llama.cpp's q/k row permutation ([`gguf_row_of`]). `w` is row-major
 /// `(n_heads · head_dim) × cols`.
 pub fn unpermute_rows(w: &[f32], n_heads: usize, head_dim: usize, cols: usize) -> Vec<f32> {
-    let half = head_dim / 2;
-    let mut out = vec![0f32; w.len()];
-    for h in 0..n_heads {
-        for i in 0..half {
-            for j in 0..2 {
-                let src = (h * head_dim + 2 * i + j) * cols;
-                let dst = (h * head_dim + j * half + i) * cols;
-                out[dst..dst + cols].copy_from_slice(&w[src..src + cols]);
-            }
-        }
-    }
-    out
+    (0..n_heads * head_dim)
+        .flat_map(|r| {
+            let src = gguf_row_of(r, head_dim) * cols;
+            w[src..src + cols].iter().copied()
+        })
+        .collect()
 }
 
 impl Weights {
-    /// Dequantizes every tensor of `cfg`'s model from `g` (in parallel over layers).
+    /// Reads every tensor of `cfg`'s model from `g` (in parallel over layers), matrices in their
+    /// blocks unless `QKINDEX_F32_WEIGHTS` is set.
     pub fn from_gguf(g: &GgufFile, cfg: &Config) -> Result<Self> {
+        let keep_blocks = std::env::var_os("QKINDEX_F32_WEIGHTS").is_none_or(|v| v == "0");
+        Self::read(g, cfg, keep_blocks)
+    }
+
+    /// Reads every tensor of `cfg`'s model from `g`: matrices in their blocks where they have an
+    /// integer kernel and `keep_blocks`, the rest as f32.
+    pub fn read(g: &GgufFile, cfg: &Config, keep_blocks: bool) -> Result<Self> {
         let d = cfg.dim as u64;
-        let embed = g.dequantize("token_embd.weight", &[d, cfg.vocab_size as u64])?;
+        let embed = g.host_tensor(
+            "token_embd.weight",
+            &[d, cfg.vocab_size as u64],
+            keep_blocks,
+        )?;
         if let Ok(t) = g.tensor("output.weight") {
             // Untied output heads exist in other Llama GGUFs; this driver ties them.
             return Err(ModelError::Tensor {
@@ -55,10 +72,10 @@ impl Weights {
                 reason: "untied output head is not supported".into(),
             });
         }
-        let out_norm = g.dequantize("output_norm.weight", &[d])?;
+        let out_norm = HostTensor::F32(g.dequantize("output_norm.weight", &[d])?);
         let blocks = (0..cfg.n_layers)
             .into_par_iter()
-            .map(|i| Block::load(g, cfg, i))
+            .map(|i| Block::load(g, cfg, i, keep_blocks))
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             embed,
@@ -73,13 +90,13 @@ impl Weights {
     pub fn random(cfg: &Config, seed: u64) -> Self {
         let (q, kv) = (cfg.q_dim(), cfg.kv_dim());
         let (d, f) = (cfg.dim, cfg.ffn_dim);
-        let mat = |len: usize, s: u64| -> Vec<f32> {
+        let mat = |len: usize, s: u64| {
             let mut rng = qkindex::synth::Rng::new(seed ^ s.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            (0..len).map(|_| 0.02 * rng.normal()).collect()
+            HostTensor::F32((0..len).map(|_| 0.02 * rng.normal()).collect())
         };
-        let norm = |len: usize, s: u64| -> Vec<f32> {
+        let norm = |len: usize, s: u64| {
             let mut rng = qkindex::synth::Rng::new(seed ^ s.wrapping_mul(0xD1B5_4A32_D192_ED03));
-            (0..len).map(|_| 1.0 + 0.1 * rng.normal()).collect()
+            HostTensor::F32((0..len).map(|_| 1.0 + 0.1 * rng.normal()).collect())
         };
         let blocks = (0..cfg.n_layers)
             .into_par_iter()
@@ -156,9 +173,10 @@ mod tests {
         assert_eq!(a.embed.len(), 100 * 576);
         assert_eq!(a.blocks[1].attn.wk.len(), 3 * 64 * 576);
         assert_eq!(a.blocks[1].mlp.down.len(), 576 * 1536);
-        assert_eq!(a.blocks[0].attn.wq, b.blocks[0].attn.wq);
-        assert_ne!(a.blocks[0].attn.wq, c.blocks[0].attn.wq);
-        assert_ne!(a.blocks[0].attn.wq, a.blocks[1].attn.wq);
+        let wq = |w: &Weights, l: usize| w.blocks[l].attn.wq.to_f32().into_owned();
+        assert_eq!(wq(&a, 0), wq(&b, 0));
+        assert_ne!(wq(&a, 0), wq(&c, 0));
+        assert_ne!(wq(&a, 0), wq(&a, 1));
     }
 
     /// llama.cpp's `permute` (HF → GGUF): reshape(n_head, 2, hd/2, cols).swapaxes(1, 2).

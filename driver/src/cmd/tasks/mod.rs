@@ -22,7 +22,7 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use qkindex::synth::Rng;
-use qkindex_driver::decode::prefill;
+use qkindex_driver::decode::{prefill, Latency};
 use qkindex_driver::devices::Devices;
 use qkindex_driver::retrieval::{PolicyConfig, PolicyKind};
 
@@ -158,6 +158,7 @@ struct Acc {
     keys_scored: f64,
     keys_attended: f64,
     ms_per_token: f64,
+    latency: Latency,
     build_s: f64,
 }
 
@@ -244,6 +245,7 @@ pub fn run(args: TasksArgs, devices: &Devices) -> anyhow::Result<()> {
                     acc.keys_scored += scored;
                     acc.keys_attended += attended;
                     acc.ms_per_token += dec.latency().total;
+                    acc.latency = acc.latency.plus(&dec.latency());
                     acc.build_s += build_s;
                     let score = score::string_match_all(&text, &sample.expected);
                     // One line per answer (the bar is hidden when stderr is not a terminal).
@@ -279,6 +281,7 @@ pub fn run(args: TasksArgs, devices: &Devices) -> anyhow::Result<()> {
                     keys_scored: acc.keys_scored / n,
                     keys_attended: acc.keys_attended / n,
                     ms_per_token: acc.ms_per_token / n,
+                    latency_ms: acc.latency.scaled(1.0 / n),
                     build_s: acc.build_s / n,
                     trials: acc.trials,
                 });

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use qkindex_driver::decode::Latency;
 use qkindex_driver::retrieval::PolicyConfig;
 use serde::Serialize;
 
@@ -42,6 +43,8 @@ pub struct Cell {
     pub keys_scored: f64,
     pub keys_attended: f64,
     pub ms_per_token: f64,
+    /// The mean per-token latency split (the same fields for every policy).
+    pub latency_ms: Latency,
     pub build_s: f64,
     pub trials: Vec<TrialRecord>,
 }
@@ -231,6 +234,7 @@ mod tests {
             keys_scored: scored,
             keys_attended: scored,
             ms_per_token: 1.0,
+            latency_ms: Latency::default(),
             build_s: 0.0,
             trials: Vec::new(),
         }

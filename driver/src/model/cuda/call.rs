@@ -19,6 +19,7 @@ use crate::model::cache::KvCache;
 use crate::model::error::{ModelError, Result};
 use crate::model::hooks::{DecodeAttention, DecodeStep, StaticParts};
 use crate::model::llama::Llama;
+use crate::model::qtensor::HostTensor;
 
 impl Inner {
     /// Uploads the model's weights and RoPE tables unless done already.
@@ -36,7 +37,7 @@ impl Inner {
         }
         let s = &self.dev.stream;
         let up = |x: &[f32]| s.clone_htod(x).map_err(cuda("uploading weights"));
-        let weights = model.weights().try_map(|t: &Vec<f32>| up(t))?;
+        let weights = model.weights().try_map(|t: &HostTensor| up(&t.to_f32()))?;
         let ropes = model
             .ropes()
             .tables()

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::{MetaValue, DEFAULT_ALIGNMENT, MAGIC};
 use crate::model::error::{ModelError, Result};
+use crate::model::qtensor::HostTensor;
 use crate::model::quant::{dequantize_into, GgmlType};
 
 const MAX_DIMS: u32 = 4;
@@ -329,6 +330,31 @@ impl GgufFile {
             return Err(unsupported());
         }
         Ok(out)
+    }
+
+    /// The tensor `name` (dims checked as in [`GgufFile::dequantize`]) as a host tensor: a
+    /// matrix of a type with an integer kernel stays in its blocks, anything else is dequantized
+    /// to f32 (everything is, with `keep_blocks: false`).
+    pub fn host_tensor(
+        &self,
+        name: &str,
+        expect_dims: &[u64],
+        keep_blocks: bool,
+    ) -> Result<HostTensor> {
+        let info = self.tensor(name)?;
+        if !keep_blocks || info.dims.len() != 2 || info.dims != expect_dims {
+            return self.dequantize(name, expect_dims).map(HostTensor::F32);
+        }
+        let unsupported = || ModelError::UnsupportedType {
+            tensor: name.into(),
+            type_id: info.ggml_type.id(),
+            type_name: info.ggml_type.name(),
+        };
+        let n_bytes = info.n_bytes.ok_or_else(unsupported)?;
+        // In bounds: checked against the file length in `parse`.
+        let src = &self.bytes()[info.start as usize..(info.start + n_bytes) as usize];
+        let (cols, rows) = (info.dims[0] as usize, info.dims[1] as usize);
+        HostTensor::from_ggml(info.ggml_type, rows, cols, src).ok_or_else(unsupported)
     }
 
     /// The metadata value at `key`, or a `Metadata` error.

@@ -1,0 +1,596 @@
+//! Integer dot products of quantized weight rows (ggml blocks, read in place) with an activation
+//! vector quantized to 8 bits: the decode step's matrix-vector products.
+//!
+//! The design is ggml-cpu's (`ggml-quants.c`, `arch/x86/quants.c`): the activation row is
+//! quantized once per product to blocks of 32 `i8` with one scale ([`Q8Act`], ggml's `Q8_0` with
+//! an f32 scale and the sums that `Q8_1`/`Q8_K` carry), and each weight block is multiplied by
+//! it with integer arithmetic: on x86-64 with AVX2 `_mm256_maddubs_epi16` (unsigned weight ×
+//! signed activation, pairs summed to `i16`), `_mm256_madd_epi16` to `i32`, one f32 multiply-add
+//! per block with the two scales. The weights' offsets (Q4_1's and Q4_K's mins, Q5_0's −16,
+//! Q6_K's −32) are applied once per block through the activation sums, so the integer part only
+//! sees unsigned codes. The portable code (every other CPU, aarch64 included) computes the same
+//! integer sums in scalar loops; only the f32 summation order differs between the two paths.
+//!
+//! Rounding: the activation is rounded to 8 bits per block of 32 (relative error ≤ 1/254 of the
+//! block's largest value), as llama.cpp does for the same weights; the weights are exact.
+
+use half::f16;
+use rayon::prelude::*;
+
+use super::quant::{GgmlType, QK, QK_K};
+
+/// An activation vector quantized in blocks of [`QK`] values: `x[32b + j] ≈ d[b] · qs[32b + j]`.
+#[derive(Debug, Default, Clone)]
+pub struct Q8Act {
+    /// `blocks × 32` codes.
+    pub qs: Vec<i8>,
+    /// One scale per block.
+    pub d: Vec<f32>,
+    /// Per block, the sums of its first and last 16 codes (the weights' offsets use them).
+    pub sums: Vec<[i32; 2]>,
+}
+
+impl Q8Act {
+    /// Quantizes `x` (its length a multiple of [`QK`]) into `self`, reusing its buffers.
+    pub fn quantize(&mut self, x: &[f32]) {
+        let blocks = x.len() / QK;
+        self.qs.resize(blocks * QK, 0);
+        self.d.resize(blocks, 0.0);
+        self.sums.resize(blocks, [0; 2]);
+        for (b, xb) in x.chunks_exact(QK).enumerate() {
+            let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let qs = &mut self.qs[b * QK..(b + 1) * QK];
+            let mut s = [0i32; 2];
+            for (j, (q, &v)) in qs.iter_mut().zip(xb).enumerate() {
+                // |v·id| ≤ 127 (up to rounding of id), so the cast cannot wrap.
+                *q = (v * id).round().clamp(-127.0, 127.0) as i8;
+                s[j / 16] += i32::from(*q);
+            }
+            self.d[b] = d;
+            self.sums[b] = s;
+        }
+    }
+
+    /// Blocks held.
+    pub fn blocks(&self) -> usize {
+        self.d.len()
+    }
+}
+
+/// Whether [`dot_row`] handles weights of type `ty` (the others are dequantized at load).
+pub fn supported(ty: GgmlType) -> bool {
+    matches!(
+        ty,
+        GgmlType::Q8_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q4K | GgmlType::Q6K
+    )
+}
+
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+/// Scale and min `j` (0..8) of a Q4_K block's 12 packed bytes (as `quant.rs` decodes them).
+fn q4k_scale_min(j: usize, p: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (p[j] & 63, p[j + 4] & 63)
+    } else {
+        (
+            (p[j + 4] & 0x0F) | ((p[j - 4] >> 6) << 4),
+            (p[j + 4] >> 4) | ((p[j] >> 6) << 4),
+        )
+    }
+}
+
+/// A row kernel: the dot product of one weight row (whole blocks of its type, `a.blocks()`
+/// weights' worth) with the quantized activation.
+type RowKernel = fn(&[u8], &Q8Act) -> f32;
+
+/// The dot product of one row of `ty` weights (`w`: `cols / block_weights` whole blocks, cols =
+/// `32 · a.blocks()`) with `a`; `None` for a type without a kernel.
+pub fn dot_row(ty: GgmlType, w: &[u8], a: &Q8Act) -> Option<f32> {
+    kernel(ty).map(|k| k(w, a))
+}
+
+/// The kernel of `ty` for this CPU (detected once).
+fn kernel(ty: GgmlType) -> Option<RowKernel> {
+    #[cfg(target_arch = "x86_64")]
+    if avx2::detected() {
+        return avx2::kernel(ty);
+    }
+    scalar_kernel(ty)
+}
+
+fn scalar_kernel(ty: GgmlType) -> Option<RowKernel> {
+    Some(match ty {
+        GgmlType::Q8_0 => scalar::q8_0,
+        GgmlType::Q4_1 => scalar::q4_1,
+        GgmlType::Q5_0 => scalar::q5_0,
+        GgmlType::Q4K => scalar::q4_k,
+        GgmlType::Q6K => scalar::q6_k,
+        _ => return None,
+    })
+}
+
+/// `y[r] = w_r · x` for every row of a quantized matrix: `w` is `rows` rows of `row_bytes`
+/// bytes (ggml blocks of `ty`), `a` the quantized `x`, `y` `rows` long. Rows are split among
+/// rayon's threads. Returns `false` (writing nothing) for a type without a kernel.
+pub fn matvec(ty: GgmlType, w: &[u8], row_bytes: usize, a: &Q8Act, y: &mut [f32]) -> bool {
+    let Some(k) = kernel(ty) else {
+        return false;
+    };
+    // Enough rows per task that scheduling costs little, enough tasks to balance two or more
+    // threads (the LM head has 49K–262K rows, a KV projection 192).
+    let per_task = (y.len() / (8 * rayon::current_num_threads())).clamp(16, 2048);
+    y.par_chunks_mut(per_task)
+        .zip(w.par_chunks(per_task * row_bytes))
+        .for_each(|(ys, ws)| {
+            for (yv, row) in ys.iter_mut().zip(ws.chunks_exact(row_bytes)) {
+                *yv = k(row, a);
+            }
+        });
+    true
+}
+
+/// The portable kernels: integer sums per block in scalar loops.
+mod scalar {
+    use super::*;
+
+    pub fn q8_0(w: &[u8], a: &Q8Act) -> f32 {
+        let mut acc = 0f32;
+        for (b, blk) in w.chunks_exact(34).enumerate() {
+            let qa = &a.qs[b * QK..(b + 1) * QK];
+            let s: i32 = blk[2..]
+                .iter()
+                .zip(qa)
+                .map(|(&q, &x)| i32::from(q as i8) * i32::from(x))
+                .sum();
+            acc += f16_at(blk, 0) * a.d[b] * s as f32;
+        }
+        acc
+    }
+
+    pub fn q4_1(w: &[u8], a: &Q8Act) -> f32 {
+        let mut acc = 0f32;
+        for (b, blk) in w.chunks_exact(20).enumerate() {
+            let qa = &a.qs[b * QK..(b + 1) * QK];
+            let mut s = 0i32;
+            for (j, &q) in blk[4..].iter().enumerate() {
+                s += i32::from(q & 0x0F) * i32::from(qa[j]);
+                s += i32::from(q >> 4) * i32::from(qa[j + 16]);
+            }
+            let [s0, s1] = a.sums[b];
+            acc += a.d[b] * (f16_at(blk, 0) * s as f32 + f16_at(blk, 2) * (s0 + s1) as f32);
+        }
+        acc
+    }
+
+    pub fn q5_0(w: &[u8], a: &Q8Act) -> f32 {
+        let mut acc = 0f32;
+        for (b, blk) in w.chunks_exact(22).enumerate() {
+            let qa = &a.qs[b * QK..(b + 1) * QK];
+            let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+            let mut s = 0i32;
+            for (j, &q) in blk[6..].iter().enumerate() {
+                let lo = u32::from(q & 0x0F) | (((qh >> j) & 1) << 4);
+                let hi = u32::from(q >> 4) | (((qh >> (j + 16)) & 1) << 4);
+                s += lo as i32 * i32::from(qa[j]) + hi as i32 * i32::from(qa[j + 16]);
+            }
+            let [s0, s1] = a.sums[b];
+            acc += f16_at(blk, 0) * a.d[b] * (s - 16 * (s0 + s1)) as f32;
+        }
+        acc
+    }
+
+    pub fn q4_k(w: &[u8], a: &Q8Act) -> f32 {
+        let mut acc = 0f32;
+        for (sb, blk) in w.chunks_exact(144).enumerate() {
+            let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
+            let (packed, qs) = (&blk[4..16], &blk[16..144]);
+            for j in 0..8 {
+                let b = sb * 8 + j;
+                let qa = &a.qs[b * QK..(b + 1) * QK];
+                let q = &qs[32 * (j / 2)..32 * (j / 2) + 32];
+                let shift = 4 * (j % 2);
+                let s: i32 = q
+                    .iter()
+                    .zip(qa)
+                    .map(|(&v, &x)| i32::from((v >> shift) & 0x0F) * i32::from(x))
+                    .sum();
+                let (sc, m) = q4k_scale_min(j, packed);
+                let [s0, s1] = a.sums[b];
+                acc += a.d[b]
+                    * (d * f32::from(sc) * s as f32 - dmin * f32::from(m) * (s0 + s1) as f32);
+            }
+        }
+        acc
+    }
+
+    pub fn q6_k(w: &[u8], a: &Q8Act) -> f32 {
+        let mut acc = 0f32;
+        for (sb, blk) in w.chunks_exact(210).enumerate() {
+            let (ql, rest) = blk.split_at(QK_K / 2);
+            let (qh, rest) = rest.split_at(QK_K / 4);
+            let (scales, dbytes) = rest.split_at(QK_K / 16);
+            let d = f16_at(dbytes, 0);
+            for half in 0..2 {
+                let ql = &ql[half * 64..half * 64 + 64];
+                let qh = &qh[half * 32..half * 32 + 32];
+                let sc = &scales[half * 8..half * 8 + 8];
+                for r in 0..4 {
+                    let b = sb * 8 + half * 4 + r;
+                    let qa = &a.qs[b * QK..(b + 1) * QK];
+                    let mut s = [0i32; 2];
+                    for l in 0..32 {
+                        let low = ql[l + 32 * (r % 2)] >> (4 * (r / 2)) & 0x0F;
+                        let q = low | (((qh[l] >> (2 * r)) & 3) << 4);
+                        s[l / 16] += i32::from(q) * i32::from(qa[l]);
+                    }
+                    let [s0, s1] = a.sums[b];
+                    let (sa, sb_) = (i32::from(sc[2 * r] as i8), i32::from(sc[2 * r + 1] as i8));
+                    let t = sa * (s[0] - 32 * s0) + sb_ * (s[1] - 32 * s1);
+                    acc += d * a.d[b] * t as f32;
+                }
+            }
+        }
+        acc
+    }
+}
+
+/// The AVX2 kernels (ggml's `arch/x86/quants.c` scheme), with F16C for the block scales.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::*;
+
+    pub fn detected() -> bool {
+        use std::sync::OnceLock;
+        static DETECTED: OnceLock<bool> = OnceLock::new();
+        *DETECTED
+            .get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+    }
+
+    /// Wraps a `#[target_feature]` kernel as a plain fn; only handed out after [`detected`].
+    macro_rules! wrap {
+        ($f:ident) => {{
+            fn k(w: &[u8], a: &Q8Act) -> f32 {
+                // SAFETY: `kernel` hands this out only where AVX2, FMA and F16C were detected.
+                unsafe { $f(w, a) }
+            }
+            k as RowKernel
+        }};
+    }
+
+    pub fn kernel(ty: GgmlType) -> Option<RowKernel> {
+        Some(match ty {
+            GgmlType::Q8_0 => wrap!(q8_0),
+            GgmlType::Q4_1 => wrap!(q4_1),
+            GgmlType::Q5_0 => wrap!(q5_0),
+            GgmlType::Q4K => wrap!(q4_k),
+            GgmlType::Q6K => wrap!(q6_k),
+            _ => return None,
+        })
+    }
+
+    /// The f16 at `b[at..at + 2]` as f32, inline (`half`'s conversion detects F16C per call,
+    /// which cost as much as the integer work of a block).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn h2f(b: &[u8], at: usize) -> f32 {
+        let bits = u16::from_le_bytes([b[at], b[at + 1]]);
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+    }
+
+    /// 32 bytes of `s` from `at` (bounds checked by the slice index).
+    #[inline(always)]
+    fn load32(s: &[u8], at: usize) -> __m256i {
+        let b: &[u8; 32] = s[at..at + 32].try_into().expect("32 bytes");
+        // SAFETY: `b` is 32 readable bytes; the load is unaligned.
+        unsafe { _mm256_loadu_si256(b.as_ptr().cast()) }
+    }
+
+    #[inline(always)]
+    fn load16(s: &[u8], at: usize) -> __m128i {
+        let b: &[u8; 16] = s[at..at + 16].try_into().expect("16 bytes");
+        // SAFETY: `b` is 16 readable bytes; the load is unaligned.
+        unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
+    }
+
+    /// The activation codes of block `b`.
+    #[inline(always)]
+    fn act(a: &Q8Act, b: usize) -> __m256i {
+        let q = &a.qs[b * QK..(b + 1) * QK];
+        // SAFETY: `q` is 32 readable `i8`; the load is unaligned.
+        unsafe { _mm256_loadu_si256(q.as_ptr().cast()) }
+    }
+
+    /// Eight i32 lanes of `Σ u·s` over pairs of unsigned `u` and signed `s` bytes, as f32.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn mul_sum_us8(u: __m256i, s: __m256i) -> __m256 {
+        let p = _mm256_maddubs_epi16(u, s);
+        _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    /// The 32 nibbles of 16 bytes in weight order: low nibbles then high nibbles.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn nibbles16(b: __m128i) -> __m256i {
+        let m = _mm_set1_epi8(0x0F);
+        let lo = _mm_and_si128(b, m);
+        let hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+        _mm256_set_m128i(hi, lo)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q8_0(w: &[u8], a: &Q8Act) -> f32 {
+        let mut acc = _mm256_setzero_ps();
+        for (b, blk) in w.chunks_exact(34).enumerate() {
+            let x = load32(blk, 2);
+            let y = act(a, b);
+            // |x| × (y with x's sign): unsigned × signed, as maddubs needs.
+            let p = mul_sum_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+            let d = _mm256_set1_ps(h2f(blk, 0) * a.d[b]);
+            acc = _mm256_fmadd_ps(d, p, acc);
+        }
+        hsum(acc)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q4_1(w: &[u8], a: &Q8Act) -> f32 {
+        let mut acc = _mm256_setzero_ps();
+        let mut mins = 0f32;
+        for (b, blk) in w.chunks_exact(20).enumerate() {
+            let x = nibbles16(load16(blk, 4));
+            let p = mul_sum_us8(x, act(a, b));
+            let da = a.d[b];
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(blk, 0) * da), p, acc);
+            let [s0, s1] = a.sums[b];
+            mins += h2f(blk, 2) * da * (s0 + s1) as f32;
+        }
+        hsum(acc) + mins
+    }
+
+    /// Byte `j` of the result is `0x10` where bit `j` of `qh` is set, else 0 (ggml's
+    /// `bytes_from_bits_32`, shifted to the fifth bit).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn fifth_bits(qh: u32) -> __m256i {
+        let t = _mm256_set1_epi32(qh as i32);
+        let shuf = _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0,
+        );
+        let bytes = _mm256_shuffle_epi8(t, shuf);
+        // Every bit but bit j%8 set in byte j: the byte is all ones iff bit j%8 of qh's byte is.
+        let bit_mask = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+        let set = _mm256_cmpeq_epi8(_mm256_or_si256(bytes, bit_mask), _mm256_set1_epi64x(-1));
+        _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q5_0(w: &[u8], a: &Q8Act) -> f32 {
+        let mut acc = _mm256_setzero_ps();
+        let mut offs = 0f32;
+        for (b, blk) in w.chunks_exact(22).enumerate() {
+            let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+            let x = _mm256_or_si256(nibbles16(load16(blk, 6)), fifth_bits(qh));
+            let p = mul_sum_us8(x, act(a, b));
+            let dd = h2f(blk, 0) * a.d[b];
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), p, acc);
+            let [s0, s1] = a.sums[b];
+            offs += dd * (16 * (s0 + s1)) as f32;
+        }
+        hsum(acc) - offs
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q4_k(w: &[u8], a: &Q8Act) -> f32 {
+        let mut acc = _mm256_setzero_ps();
+        let mut mins = 0f32;
+        let m4 = _mm256_set1_epi8(0x0F);
+        for (sb, blk) in w.chunks_exact(144).enumerate() {
+            let (d, dmin) = (h2f(blk, 0), h2f(blk, 2));
+            let packed = &blk[4..16];
+            for i in 0..4 {
+                let q = load32(blk, 16 + 32 * i);
+                let halves = [
+                    _mm256_and_si256(q, m4),
+                    _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                ];
+                for (h, x) in halves.into_iter().enumerate() {
+                    let j = 2 * i + h;
+                    let b = sb * 8 + j;
+                    let (sc, m) = q4k_scale_min(j, packed);
+                    let p = mul_sum_us8(x, act(a, b));
+                    let da = a.d[b];
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(d * f32::from(sc) * da), p, acc);
+                    let [s0, s1] = a.sums[b];
+                    mins += dmin * f32::from(m) * da * (s0 + s1) as f32;
+                }
+            }
+        }
+        hsum(acc) - mins
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q6_k(w: &[u8], a: &Q8Act) -> f32 {
+        let mut acc = _mm256_setzero_ps();
+        let mut offs = 0f32;
+        let m4 = _mm256_set1_epi8(0x0F);
+        let m2 = _mm256_set1_epi8(3);
+        for (sb, blk) in w.chunks_exact(210).enumerate() {
+            let d = h2f(blk, 208);
+            for half in 0..2 {
+                let ql0 = load32(blk, half * 64);
+                let ql1 = load32(blk, half * 64 + 32);
+                let qh = load32(blk, 128 + half * 32);
+                let sc = &blk[192 + half * 8..192 + half * 8 + 8];
+                let lows = [
+                    _mm256_and_si256(ql0, m4),
+                    _mm256_and_si256(ql1, m4),
+                    _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                    _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                ];
+                let highs = [
+                    _mm256_and_si256(qh, m2),
+                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2),
+                    _mm256_and_si256(_mm256_srli_epi16(qh, 4), m2),
+                    _mm256_and_si256(_mm256_srli_epi16(qh, 6), m2),
+                ];
+                for r in 0..4 {
+                    let b = sb * 8 + half * 4 + r;
+                    let x = _mm256_or_si256(lows[r], _mm256_slli_epi16(highs[r], 4));
+                    // i16 lanes 0..8 hold weights 0..16 (scale 2r), lanes 8..16 the rest.
+                    let p16 = _mm256_maddubs_epi16(x, act(a, b));
+                    let (sa, sb_) = (i16::from(sc[2 * r] as i8), i16::from(sc[2 * r + 1] as i8));
+                    let scales = _mm256_set_m128i(_mm_set1_epi16(sb_), _mm_set1_epi16(sa));
+                    let p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, scales));
+                    let dd = d * a.d[b];
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), p, acc);
+                    let [s0, s1] = a.sums[b];
+                    offs += dd * (32 * (i32::from(sa) * s0 + i32::from(sb_) * s1)) as f32;
+                }
+            }
+        }
+        hsum(acc) - offs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::quant::dequantize_into;
+    use super::*;
+    use qkindex::synth::Rng;
+
+    /// Random but valid blocks of `ty`: random bytes, with each f16 scale replaced by a small
+    /// finite value (random bytes would give NaNs and infinities).
+    fn random_row(ty: GgmlType, cols: usize, rng: &mut Rng) -> Vec<u8> {
+        let (per, bytes) = ty.block_layout().expect("layout");
+        let mut row: Vec<u8> = (0..cols / per * bytes)
+            .map(|_| rng.below(256) as u8)
+            .collect();
+        let scale_at: &[usize] = match ty {
+            GgmlType::Q8_0 | GgmlType::Q5_0 => &[0],
+            GgmlType::Q4_1 | GgmlType::Q4K => &[0, 2],
+            GgmlType::Q6K => &[208],
+            _ => &[],
+        };
+        for blk in row.chunks_exact_mut(bytes) {
+            for &at in scale_at {
+                let v = f16::from_f32(0.01 + 0.02 * rng.normal().abs());
+                blk[at..at + 2].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        row
+    }
+
+    #[test]
+    fn kernels_equal_the_dequantized_dot_product() {
+        let mut rng = Rng::new(5);
+        for ty in [
+            GgmlType::Q8_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q4K,
+            GgmlType::Q6K,
+        ] {
+            assert!(supported(ty));
+            for cols in [256usize, 512, 1024] {
+                let w = random_row(ty, cols, &mut rng);
+                let x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
+                let mut a = Q8Act::default();
+                a.quantize(&x);
+                let mut wf = vec![0f32; cols];
+                assert!(dequantize_into(ty, &w, &mut wf));
+                // The exact product of the dequantized weights with the quantized activation:
+                // every kernel must reproduce it up to f32 summation order.
+                let xq: Vec<f64> = (0..cols)
+                    .map(|i| f64::from(a.d[i / QK]) * f64::from(a.qs[i]))
+                    .collect();
+                let want: f64 = wf.iter().zip(&xq).map(|(&w, &x)| f64::from(w) * x).sum();
+                let mag: f64 = wf
+                    .iter()
+                    .zip(&xq)
+                    .map(|(&w, &x)| (f64::from(w) * x).abs())
+                    .sum();
+                let tol = 1e-5 * mag.max(1e-3);
+                let s = scalar_kernel(ty).expect("scalar")(&w, &a);
+                assert!(
+                    (f64::from(s) - want).abs() <= tol,
+                    "{ty:?} {cols} scalar: {s} vs {want}"
+                );
+                let k = dot_row(ty, &w, &a).expect("kernel");
+                assert!(
+                    (f64::from(k) - want).abs() <= tol,
+                    "{ty:?} {cols}: {k} vs {want}"
+                );
+                // And the float product within the activation's 8-bit rounding.
+                let exact: f64 = wf.iter().zip(&x).map(|(&w, &x)| f64::from(w * x)).sum();
+                let wmag: f64 = wf
+                    .iter()
+                    .zip(&x)
+                    .map(|(&w, &x)| f64::from((w * x).abs()))
+                    .sum();
+                assert!(
+                    (f64::from(k) - exact).abs() <= wmag / 100.0,
+                    "{ty:?}: {k} vs {exact}"
+                );
+            }
+        }
+        assert!(!supported(GgmlType::F32));
+        assert_eq!(dot_row(GgmlType::F16, &[], &Q8Act::default()), None);
+    }
+
+    #[test]
+    fn quantize_bounds_codes_and_keeps_zero_blocks() {
+        let mut x = vec![0f32; 64];
+        for (i, v) in x[32..].iter_mut().enumerate() {
+            *v = (i as f32 - 10.0) * 0.37;
+        }
+        let mut a = Q8Act::default();
+        a.quantize(&x);
+        assert_eq!((a.blocks(), a.d[0]), (2, 0.0));
+        assert!(a.qs[..32].iter().all(|&q| q == 0));
+        assert_eq!(a.qs[32..].iter().map(|q| q.unsigned_abs()).max(), Some(127));
+        for (i, &v) in x[32..].iter().enumerate() {
+            assert!((a.d[1] * f32::from(a.qs[32 + i]) - v).abs() <= a.d[1] / 2.0 + 1e-6);
+        }
+        let s: i32 = a.qs[32..48].iter().map(|&q| i32::from(q)).sum();
+        assert_eq!(a.sums[1][0], s);
+    }
+
+    #[test]
+    fn matvec_fills_every_row() {
+        let mut rng = Rng::new(9);
+        let (rows, cols) = (37, 256);
+        let ty = GgmlType::Q4K;
+        let row_bytes = ty.bytes_for(cols as u64).expect("size") as usize;
+        let w: Vec<u8> = (0..rows)
+            .flat_map(|_| random_row(ty, cols, &mut rng))
+            .collect();
+        let x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
+        let mut a = Q8Act::default();
+        a.quantize(&x);
+        let mut y = vec![f32::NAN; rows];
+        assert!(matvec(ty, &w, row_bytes, &a, &mut y));
+        for (r, &v) in y.iter().enumerate() {
+            let want = dot_row(ty, &w[r * row_bytes..(r + 1) * row_bytes], &a).expect("k");
+            assert_eq!(v, want, "row {r}");
+        }
+        assert!(!matvec(GgmlType::F32, &w, row_bytes, &a, &mut y));
+    }
+}

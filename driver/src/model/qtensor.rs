@@ -1,0 +1,230 @@
+//! The host tensors of the CPU model: f32 values, or a weight matrix kept in its GGUF blocks
+//! ([`QMatrix`]) and multiplied in place by the integer kernels of `qdot.rs` (decode steps) or
+//! dequantized a tile at a time for the GEMMs of a prefill.
+//!
+//! Keeping the blocks is what makes a decode step cheap: Gemma 3 270M's tied 262,144 × 640 head
+//! is 671 MB as f32 and 178 MB as its `Q8_0` blocks, and a decode step reads all of it.
+
+use std::borrow::Cow;
+
+use faer::linalg::matmul::matmul;
+use faer::{Accum, MatMut, MatRef, Par};
+use rayon::prelude::*;
+
+use super::qdot::{self, Q8Act};
+use super::quant::{dequantize_into, GgmlType};
+
+/// A weight matrix in ggml blocks: `rows` rows (output features) of `cols` weights (input
+/// features), each row whole blocks of `ty`, row-major.
+#[derive(Debug, Clone)]
+pub struct QMatrix {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    /// `rows × row_bytes()` bytes.
+    pub data: Vec<u8>,
+}
+
+impl QMatrix {
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.data.len() / self.rows.max(1)
+    }
+
+    /// Rows `r0..r1` as f32, into `out` (`(r1 − r0) × cols`).
+    pub fn dequantize_rows(&self, r0: usize, r1: usize, out: &mut [f32]) {
+        let rb = self.row_bytes();
+        let src = &self.data[r0 * rb..r1 * rb];
+        out.par_chunks_mut(self.cols)
+            .zip(src.par_chunks(rb))
+            .for_each(|(o, s)| {
+                // Lengths and type were checked when the matrix was made.
+                let ok = dequantize_into(self.ty, s, o);
+                debug_assert!(ok);
+            });
+    }
+}
+
+/// A tensor of the CPU model.
+#[derive(Debug, Clone)]
+pub enum HostTensor {
+    /// Plain values (norms; matrices of types without an integer kernel; random test weights).
+    F32(Vec<f32>),
+    /// A matrix in its GGUF blocks.
+    Blocks(QMatrix),
+}
+
+impl HostTensor {
+    /// A matrix of `rows × cols` weights of type `ty` from its GGUF bytes (`src`), kept in blocks
+    /// when `qdot` has a kernel for the type and rows are whole blocks, dequantized otherwise.
+    /// `None` when the type is unsupported or `src` has the wrong size.
+    pub fn from_ggml(ty: GgmlType, rows: usize, cols: usize, src: &[u8]) -> Option<Self> {
+        let n = rows.checked_mul(cols)?;
+        if ty.bytes_for(n as u64)? != src.len() as u64 {
+            return None;
+        }
+        let whole_rows = ty.bytes_for(cols as u64).is_some();
+        if qdot::supported(ty) && whole_rows && cols.is_multiple_of(32) {
+            return Some(HostTensor::Blocks(QMatrix {
+                ty,
+                rows,
+                cols,
+                data: src.to_vec(),
+            }));
+        }
+        let mut out = vec![0f32; n];
+        dequantize_into(ty, src, &mut out).then_some(HostTensor::F32(out))
+    }
+
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        match self {
+            HostTensor::F32(v) => v.len(),
+            HostTensor::Blocks(q) => q.rows * q.cols,
+        }
+    }
+
+    /// Whether the tensor holds no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The values as f32 (borrowed for [`HostTensor::F32`], dequantized otherwise).
+    pub fn to_f32(&self) -> Cow<'_, [f32]> {
+        match self {
+            HostTensor::F32(v) => Cow::Borrowed(v),
+            HostTensor::Blocks(q) => {
+                let mut out = vec![0f32; q.rows * q.cols];
+                q.dequantize_rows(0, q.rows, &mut out);
+                Cow::Owned(out)
+            }
+        }
+    }
+
+    /// Row `r` of a matrix of rows of `out.len()` values, into `out` (an embedding lookup).
+    pub fn row_into(&self, r: usize, out: &mut [f32]) {
+        let dim = out.len();
+        match self {
+            HostTensor::F32(v) => out.copy_from_slice(&v[r * dim..(r + 1) * dim]),
+            HostTensor::Blocks(q) => {
+                let rb = q.row_bytes();
+                let ok = dequantize_into(q.ty, &q.data[r * rb..(r + 1) * rb], out);
+                debug_assert!(ok);
+            }
+        }
+    }
+
+    /// The same matrix (`rows` rows) with its rows reordered: row `i` of the result is row
+    /// `from(i)` of `self`.
+    pub fn permute_rows(&self, rows: usize, from: impl Fn(usize) -> usize) -> Self {
+        fn gather<T: Copy>(v: &[T], rows: usize, from: impl Fn(usize) -> usize) -> Vec<T> {
+            let len = v.len() / rows.max(1);
+            (0..rows)
+                .flat_map(|i| v[from(i) * len..(from(i) + 1) * len].iter().copied())
+                .collect()
+        }
+        match self {
+            HostTensor::F32(v) => HostTensor::F32(gather(v, rows, from)),
+            HostTensor::Blocks(q) => HostTensor::Blocks(QMatrix {
+                data: gather(&q.data, rows, from),
+                ..q.clone()
+            }),
+        }
+    }
+}
+
+/// Output rows per dequantized tile of a prefill GEMM: about 4 MiB of f32 per tile.
+fn tile_rows(cols: usize) -> usize {
+    ((1 << 20) / cols.max(1)).max(64)
+}
+
+/// `y = x · wᵀ` for a matrix in blocks: `x` row-major `n × cols`, `y` row-major `n × rows`.
+/// One row (a decode step) quantizes `x` into `q8` and runs the integer kernels; more rows
+/// multiply dequantized tiles of `w` with faer (the prefill's GEMMs).
+pub fn linear_blocks(w: &QMatrix, x: &[f32], n: usize, q8: &mut Q8Act, y: &mut [f32]) {
+    debug_assert_eq!(x.len(), n * w.cols);
+    debug_assert_eq!(y.len(), n * w.rows);
+    if n == 1 {
+        q8.quantize(x);
+        let ok = qdot::matvec(w.ty, &w.data, w.row_bytes(), q8, y);
+        debug_assert!(ok, "blocks of a type with a kernel");
+        return;
+    }
+    let tile = tile_rows(w.cols).min(w.rows);
+    let mut buf = vec![0f32; tile * w.cols];
+    let xm = MatRef::from_row_major_slice(x, n, w.cols);
+    let mut ym = MatMut::from_row_major_slice_mut(y, n, w.rows);
+    for r0 in (0..w.rows).step_by(tile) {
+        let r1 = (r0 + tile).min(w.rows);
+        let wt = &mut buf[..(r1 - r0) * w.cols];
+        w.dequantize_rows(r0, r1, wt);
+        let wm = MatRef::from_row_major_slice(wt, r1 - r0, w.cols).transpose();
+        let out = ym.as_mut().subcols_mut(r0, r1 - r0);
+        matmul(out, Accum::Replace, xm, wm, 1.0f32, Par::rayon(0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::f16;
+
+    /// A `rows × 64` Q8_0 matrix whose weight (r, c) is `(r + 1) · 0.5 · ((c % 7) − 3)`.
+    fn q8_matrix(rows: usize) -> (Vec<u8>, Vec<f32>) {
+        let (mut bytes, mut vals) = (Vec::new(), Vec::new());
+        for r in 0..rows {
+            for _blk in 0..2 {
+                let d = (r + 1) as f32 * 0.5;
+                bytes.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+                for c in 0..32 {
+                    let q = (c % 7) as i8 - 3;
+                    bytes.push(q as u8);
+                    vals.push(d * f32::from(q));
+                }
+            }
+        }
+        (bytes, vals)
+    }
+
+    #[test]
+    fn blocks_multiply_like_their_values() {
+        let rows = 70;
+        let (bytes, vals) = q8_matrix(rows);
+        let t = HostTensor::from_ggml(GgmlType::Q8_0, rows, 64, &bytes).expect("tensor");
+        let HostTensor::Blocks(w) = &t else {
+            panic!("Q8_0 stays in blocks");
+        };
+        assert_eq!(t.to_f32().as_ref(), vals.as_slice());
+        let mut row = vec![0f32; 64];
+        t.row_into(5, &mut row);
+        assert_eq!(row, &vals[5 * 64..6 * 64]);
+        for n in [1usize, 3] {
+            let x: Vec<f32> = (0..n * 64)
+                .map(|i| ((i * 13 % 17) as f32 - 8.0) / 8.0)
+                .collect();
+            let mut y = vec![0f32; n * rows];
+            linear_blocks(w, &x, n, &mut Q8Act::default(), &mut y);
+            for i in 0..n {
+                for r in 0..rows {
+                    let xr = &x[i * 64..(i + 1) * 64];
+                    let wr = &vals[r * 64..(r + 1) * 64];
+                    let want: f32 = xr.iter().zip(wr).map(|(a, b)| a * b).sum();
+                    let mag: f32 = xr.iter().zip(wr).map(|(a, b)| (a * b).abs()).sum();
+                    let got = y[i * rows + r];
+                    // One row goes through 8-bit activations: error below 1 % of Σ|x·w|.
+                    assert!((got - want).abs() <= 1e-2 * mag, "{n} {r}: {got} vs {want}");
+                }
+            }
+        }
+        let p = t.permute_rows(rows, |i| rows - 1 - i).to_f32().into_owned();
+        assert_eq!(p[..64], vals[(rows - 1) * 64..]);
+        assert!(HostTensor::from_ggml(GgmlType::Q8_0, rows, 64, &bytes[1..]).is_none());
+        // F16 has no kernel: dequantized.
+        let h: Vec<u8> = [1.0f32, 2.0]
+            .iter()
+            .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+            .collect();
+        let f = HostTensor::from_ggml(GgmlType::F16, 1, 2, &h).expect("f16");
+        assert!(matches!(f, HostTensor::F32(ref v) if v == &[1.0, 2.0]));
+    }
+}
