@@ -9,18 +9,20 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use qkindex_driver::decode::{prefill, Decoder, Prefill};
+use qkindex_driver::decode::{prefill_with, Decoder, Prefill};
 use qkindex_driver::devices::Devices;
 use qkindex_driver::model::{argmax, find_default_model, LayerCapture, Model};
 use qkindex_driver::retrieval::{build_tally, BuildTally, PolicyConfig, PolicyKind};
 
 use super::model_args::ModelArgs;
 use super::policy_args::PolicyArgs;
+use super::progress::prefill_bar;
 use super::ttft_line;
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Prefill length in tokens (of the bundled text).
+    /// Prefill length in tokens (of the bundled license texts, or of Paul Graham's essays,
+    /// fetched by `scripts/get-text.sh`, when it is longer than they are).
     #[arg(long, default_value_t = 8000)]
     pub context: usize,
     /// Tokens to generate with retrieval attention.
@@ -47,14 +49,17 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
         fetch_model()?;
     }
     let m = args.model.load(devices)?;
-    let cfg = &m.llama.cfg;
-    let ids = m.tokenizer.encode(super::BUNDLED_TEXT)?;
+    // The bundled text, or the essays where it is too short.
+    let encode = |t: &str| Ok(m.tokenizer.encode(t)?);
+    let (ids, text_name) = super::texts::long_enough(args.context, encode)?;
     let ctx = args.context.min(ids.len());
     if ctx < args.context {
-        // The bundled text is shorter than asked: the demo runs on all of it, if that fits.
+        // The text is shorter than asked: the demo runs on all of it, if that fits.
         check_sizes(&args, &index_cfg, ctx)
-            .with_context(|| format!("the bundled text has {ctx} tokens"))?;
+            .with_context(|| format!("{text_name} have {ctx} tokens"))?;
     }
+    let m = args.model.fit(m, ctx + args.new)?;
+    let cfg = &m.llama.cfg;
     if ctx + args.new > cfg.context_length {
         anyhow::bail!(
             "--context {ctx} + --new {} must fit the model's {} positions",
@@ -69,10 +74,12 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
         );
     }
     println!(
-        "== prefill: {ctx} tokens of the bundled license texts ({} layers, {} query heads, {} KV heads)",
+        "== prefill: {ctx} tokens of {text_name} ({} layers, {} query heads, {} KV heads)",
         cfg.n_layers, cfg.n_heads, cfg.n_kv_heads
     );
-    let pre = prefill(&m.llama, &ids[..ctx], ctx, true)?;
+    let bar = prefill_bar(ctx);
+    let pre = prefill_with(&m.llama, &ids[..ctx], ctx, true, |d| bar.set_position(d as u64))?;
+    bar.finish_and_clear();
     println!(
         "   {:.1} s ({:.0} tokens/s)",
         pre.seconds,
@@ -157,7 +164,7 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
     drop(out);
 
     let dump_dir = args.out.join("dump");
-    write_dump(&m, &pre, &args.dump_layers, &decoded, &dump_dir)?;
+    write_dump(&m, &pre, &args.dump_layers, &decoded, (&dump_dir, text_name))?;
     println!(
         "== dump: layers {:?}, {} prefill + {} decode rows → {} (`qkindex bench --dump`, `qkindex decode-bench --dump`, qkindex.load_dump)",
         args.dump_layers,
@@ -303,7 +310,7 @@ fn write_dump(
     pre: &Prefill,
     layers: &[usize],
     decoded: &[Rows],
-    dir: &Path,
+    (dir, text_name): (&Path, &str),
 ) -> anyhow::Result<()> {
     let c = &m.llama.cfg;
     let (n, hd) = (pre.cache.len(), c.head_dim);
@@ -333,7 +340,7 @@ fn write_dump(
         n_prefill: n,
         n_decode: n_dec,
         rope_theta: c.rope_theta,
-        source: "qkindex demo: the bundled license texts".into(),
+        source: format!("qkindex demo: {text_name}"),
     };
     std::fs::write(
         dir.join("manifest.json"),
