@@ -73,12 +73,25 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
             cfg.n_layers
         );
     }
+    if let Some(&l) = args
+        .dump_layers
+        .iter()
+        .find(|&&l| cfg.layer(l).attention.window().is_some())
+    {
+        anyhow::bail!(
+            "--dump-layers: layer {l} is a sliding-window layer (no index, and its cache keeps \
+             only its window); dump global layers: {:?}",
+            cfg.global_layers()
+        );
+    }
     println!(
         "== prefill: {ctx} tokens of {text_name} ({} layers, {} query heads, {} KV heads)",
         cfg.n_layers, cfg.n_heads, cfg.n_kv_heads
     );
     let bar = prefill_bar(ctx);
-    let pre = prefill_with(&m.llama, &ids[..ctx], ctx, true, |d| bar.set_position(d as u64))?;
+    let mut pre = prefill_with(&m.llama, &ids[..ctx], ctx, true, |d| {
+        bar.set_position(d as u64)
+    })?;
     bar.finish_and_clear();
     println!(
         "   {:.1} s ({:.0} tokens/s)",
@@ -112,10 +125,21 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
     bar.finish_and_clear();
     let build_s = fast.stats().map_or(0.0, |s| s.build_s);
     println!("   {total} indexes in {build_s:.1} s");
-    if let Some(line) = tally_line(build_tally() - tally_before) {
+    let tally = build_tally() - tally_before;
+    if let Some(line) = tally_line(tally) {
         println!("{line}");
     }
+    if let Some(line) = tally.steps_line() {
+        println!("   {line}");
+    }
     println!("{}", ttft_line(pre.seconds, build_s));
+    // The builds are done: keep the queries of the dumped layers only (at 131,072 positions
+    // each global layer's are 0.5 GiB).
+    for (l, q) in pre.q.iter_mut().enumerate() {
+        if !args.dump_layers.contains(&l) {
+            *q = Vec::new();
+        }
+    }
     let full_cfg = args.policy.config(PolicyKind::Full);
     let mut full = Decoder::new(
         &m.llama,
@@ -164,7 +188,13 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
     drop(out);
 
     let dump_dir = args.out.join("dump");
-    write_dump(&m, &pre, &args.dump_layers, &decoded, (&dump_dir, text_name))?;
+    write_dump(
+        &m,
+        &pre,
+        &args.dump_layers,
+        &decoded,
+        (&dump_dir, text_name),
+    )?;
     println!(
         "== dump: layers {:?}, {} prefill + {} decode rows → {} (`qkindex bench --dump`, `qkindex decode-bench --dump`, qkindex.load_dump)",
         args.dump_layers,

@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use qkindex_driver::decode::{log_softmax, prefill_with, Decoder, Latency, Prefill};
 use qkindex_driver::devices::Devices;
 use qkindex_driver::model::{argmax, Model};
-use qkindex_driver::retrieval::{PolicyConfig, PolicyKind, SeededProbe};
+use qkindex_driver::retrieval::{build_tally, PolicyConfig, PolicyKind, SeededProbe};
 use serde::Serialize;
 
 use super::model_args::PolicyRunArgs;
@@ -217,10 +217,14 @@ fn run_policy(
         "{msg} {bar:30} {pos}/{len} KV heads [{elapsed}]",
     )?);
     builds.set_message(format!("{}: building", cfg.kind.name()));
+    let tally_before = build_tally();
     let mut dec = Decoder::new(&m.llama, pre, cfg, cont, devices.knn(), |done, _| {
         builds.set_position(done as u64)
     })?;
     builds.finish_and_clear();
+    if let Some(line) = (build_tally() - tally_before).steps_line() {
+        eprintln!("{}: {line}", cfg.kind.name());
+    }
     // The seeded-fallback comparisons this report prints (retopk --retopk-index), untimed.
     if let Some(r) = dec.retrieval_mut() {
         r.set_observer(Box::new(SeededProbe::default()));

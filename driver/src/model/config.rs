@@ -309,8 +309,11 @@ impl Config {
 
     /// What layer `layer` does (norms, activation, RoPE, attention kind).
     pub fn layer(&self, layer: usize) -> LayerSpec {
-        self.arch
-            .layer(layer, (self.rope_theta, self.rope_linear), self.sliding_window)
+        self.arch.layer(
+            layer,
+            (self.rope_theta, self.rope_linear),
+            self.sliding_window,
+        )
     }
 
     /// The layers that attend globally (every layer of Llama; 5, 11, 17 of Gemma 3 270M): where

@@ -141,11 +141,20 @@ impl Llama {
                 max: self.cfg.context_length,
             });
         }
-        Ok(KvCache::zeroed(
-            self.cfg.n_layers,
+        // On the CPU, sliding-window layers keep only their window (the prefill of 131,072
+        // positions fits 8 GB, docs/bench/long/README.md); GPU backends mirror whole caches.
+        let windows: Vec<Option<usize>> = match self.device {
+            ModelDevice::Cpu => (0..self.cfg.n_layers)
+                .map(|l| self.cfg.layer(l).attention.window())
+                .collect(),
+            ModelDevice::Cuda(_) => vec![None; self.cfg.n_layers],
+        };
+        Ok(KvCache::windowed(
+            &windows,
             self.cfg.n_kv_heads,
             capacity,
             self.cfg.head_dim,
+            PREFILL_CHUNK,
         ))
     }
 
@@ -436,6 +445,52 @@ mod tests {
     }
 
     #[test]
+    fn local_layers_keeping_only_their_window_compute_the_same() {
+        let m = tiny_gemma();
+        let tokens: Vec<u32> = (0..60).map(|i| (i * 11 + 5) % 50).collect();
+        let mut tm = Timings::default();
+        let mut full = KvCache::zeroed(6, 1, 60, 24);
+        let want = m.forward(&tokens, &mut full, None, &mut tm).expect("full");
+        // Window 8, calls of at most 5 rows: local blocks of 12 rows slide many times, in
+        // calls of 5, 3, 1 rows and one-token steps.
+        let windows: Vec<Option<usize>> =
+            (0..6).map(|l| m.cfg.layer(l).attention.window()).collect();
+        let mut win = KvCache::windowed(&windows, 1, 60, 24, 5);
+        assert!(win.is_windowed());
+        assert_eq!((win.layer_rows(0), win.layer_rows(5)), (12, 60));
+        let mut got = Vec::new();
+        let mut at = 0;
+        for n in [5, 3, 1, 5, 5, 4, 2]
+            .into_iter()
+            .chain(std::iter::repeat(1))
+        {
+            if at == tokens.len() {
+                break;
+            }
+            let end = (at + n).min(tokens.len());
+            got.extend(
+                m.forward(&tokens[at..end], &mut win, None, &mut tm)
+                    .expect("windowed"),
+            );
+            at = end;
+        }
+        for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+            assert!((a - b).abs() < 1e-4, "value {i}: {a} vs {b}");
+        }
+        // The local layer holds its last positions; the global one all of them.
+        assert!(win.first_position(0) > 0);
+        assert_eq!(win.keys(0, 0, 24).len(), (60 - win.first_position(0)) * 24);
+        let tail = &full.keys(0, 0, 24)[win.first_position(0) * 24..];
+        assert_eq!(win.keys(0, 0, 24), tail);
+        assert_eq!(win.keys(5, 0, 24), full.keys(5, 0, 24));
+        // A copy with more room keeps the windowed blocks.
+        let grown = win.with_capacity(64, 24);
+        assert_eq!(grown.layer_rows(0), 12);
+        assert_eq!(grown.keys(0, 0, 24), win.keys(0, 0, 24));
+        assert_eq!(grown.keys(5, 0, 24), full.keys(5, 0, 24));
+    }
+
+    #[test]
     fn rope_scale_raises_the_base_ntk_style_and_the_context() {
         let cfg = Config::smollm2_135m().with_rope_scale(4.0).expect("scale");
         let want = 100_000.0 * 4f64.powf(64.0 / 62.0);
@@ -472,7 +527,10 @@ mod tests {
         let half = hd / 2;
         for p in 0..n {
             for i in 0..half {
-                let (a, b) = (scaled.tables().0[4 * p * half + i], trained.tables().0[p * half + i]);
+                let (a, b) = (
+                    scaled.tables().0[4 * p * half + i],
+                    trained.tables().0[p * half + i],
+                );
                 assert!((a - b).abs() < 1e-6, "cos at position {p}, pair {i}");
             }
         }
@@ -498,7 +556,15 @@ mod tests {
             let r: RopeScaling = s.parse().expect(s);
             assert_eq!(r.to_string(), s);
         }
-        for bad in ["", "ntk", "linear:x", "yarn:4", "ntk:0.5", "linear:100", "ntk:NaN"] {
+        for bad in [
+            "",
+            "ntk",
+            "linear:x",
+            "yarn:4",
+            "ntk:0.5",
+            "linear:100",
+            "ntk:NaN",
+        ] {
             assert!(bad.parse::<RopeScaling>().is_err(), "{bad}");
         }
         let g = Config::gemma3_270m();
