@@ -38,7 +38,7 @@ pub struct ModelArgs {
     /// RoPE scaling for a context F times the trained one: `none`, `ntk:F` (base ×
     /// F^(d/(d−2))) or `linear:F` (positions / F). It applies to the layers with the file's base
     /// (all of SmolLM2's, Gemma 3's global ones). Default: none while the run fits the trained
-    /// context, past it linear by the smallest power of two that makes room (measured:
+    /// context, past it NTK by the smallest power of two that makes room (measured:
     /// docs/bench/long/README.md).
     #[arg(long, value_name = "MODE", value_parser = parse_rope_scaling)]
     pub rope_scaling: Option<RopeScaling>,

@@ -477,17 +477,21 @@ mod tests {
         for (i, (a, b)) in want.iter().zip(&got).enumerate() {
             assert!((a - b).abs() < 1e-4, "value {i}: {a} vs {b}");
         }
-        // The local layer holds its last positions; the global one all of them.
+        // The local layer holds its last positions; the global one all of them (equal up to
+        // rounding: calls of other sizes take other matmul kernels).
+        let close = |a: &[f32], b: &[f32]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-4)
+        };
         assert!(win.first_position(0) > 0);
         assert_eq!(win.keys(0, 0, 24).len(), (60 - win.first_position(0)) * 24);
         let tail = &full.keys(0, 0, 24)[win.first_position(0) * 24..];
-        assert_eq!(win.keys(0, 0, 24), tail);
-        assert_eq!(win.keys(5, 0, 24), full.keys(5, 0, 24));
+        assert!(close(win.keys(0, 0, 24), tail));
+        assert!(close(win.keys(5, 0, 24), full.keys(5, 0, 24)));
         // A copy with more room keeps the windowed blocks.
         let grown = win.with_capacity(64, 24);
         assert_eq!(grown.layer_rows(0), 12);
         assert_eq!(grown.keys(0, 0, 24), win.keys(0, 0, 24));
-        assert_eq!(grown.keys(5, 0, 24), full.keys(5, 0, 24));
+        assert_eq!(grown.keys(5, 0, 24), win.keys(5, 0, 24));
     }
 
     #[test]
