@@ -4,7 +4,8 @@
 # Python bindings (built into .venv with maturin; with torch and transformers for qkindex.hf)
 # and the notebook examples on the bundled data.
 # Works on a fresh clone with python3 + pip and g++. It fetches both model files first
-# (scripts/get-model.sh --model all: SmolLM2 and Gemma 3, whose terms of use apply), and ends
+# (scripts/get-model.sh --model all: SmolLM2 and Gemma 3, whose terms of use apply) and the long
+# text (scripts/get-text.sh: Paul Graham's essays, MIT, into texts/), and ends
 # with a list of every test that skipped and why (tests/support/skip.rs writes them to
 # $QKINDEX_SKIP_LOG; cargo would otherwise swallow their prints).
 #   bash scripts/test.sh            # everything
@@ -42,6 +43,8 @@ trap skip_summary EXIT
 if [ -z "${QKINDEX_NO_FETCH:-}" ]; then
     echo "== models: scripts/get-model.sh --model all (kept when present; QKINDEX_NO_FETCH=1 skips this)"
     bash scripts/get-model.sh --model all
+    echo "== long text: scripts/get-text.sh (Paul Graham's essays into texts/; kept when present)"
+    bash scripts/get-text.sh
 else
     echo "script: QKINDEX_NO_FETCH is set: no model download (tests of a missing model skip)" >> "$QKINDEX_SKIP_LOG"
 fi

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::model::llama::PREFILL_CHUNK;
 use crate::model::{CaptureFn, KvCache, LayerCapture, Llama, ModelError, Timings};
 use crate::retrieval::{cache_keys, PolicyConfig, PolicyKind, Retrieval, RetrievalStats, Shape};
 
@@ -25,23 +26,54 @@ pub fn prefill(
     capacity: usize,
     capture_q: bool,
 ) -> Result<Prefill, ModelError> {
+    prefill_with(llama, tokens, capacity, capture_q, |_| {})
+}
+
+/// [`prefill`] calling `progress(done)` with the positions prefilled so far after each call of
+/// at most [`PREFILL_CHUNK`] tokens (a progress bar's ticks).
+///
+/// Memory: the hidden states of one chunk at a time (not `n × dim`), and the captured queries in
+/// buffers of their final size (`n × n_heads × head_dim` floats per global layer, no doubling
+/// while they grow).
+pub fn prefill_with(
+    llama: &Llama,
+    tokens: &[u32],
+    capacity: usize,
+    capture_q: bool,
+    mut progress: impl FnMut(usize),
+) -> Result<Prefill, ModelError> {
     let t0 = Instant::now();
     let mut cache = llama.new_cache(capacity)?;
-    let mut q = vec![Vec::new(); llama.cfg.n_layers];
     let mut tm = Timings::default();
     let global: Vec<bool> = (0..llama.cfg.n_layers)
         .map(|l| llama.cfg.layer(l).attention.window().is_none())
         .collect();
-    let hidden = if capture_q {
-        let mut cb = |c: LayerCapture<'_>| {
-            if global[c.layer] {
-                q[c.layer].extend_from_slice(c.q)
-            }
-        };
-        llama.forward(tokens, &mut cache, Some(&mut cb), &mut tm)?
-    } else {
-        llama.forward(tokens, &mut cache, None, &mut tm)?
+    let mut q: Vec<Vec<f32>> = global
+        .iter()
+        .map(|&g| match g && capture_q {
+            true => Vec::with_capacity(tokens.len() * llama.cfg.q_dim()),
+            false => Vec::new(),
+        })
+        .collect();
+    let mut cb = |c: LayerCapture<'_>| {
+        if global[c.layer] {
+            q[c.layer].extend_from_slice(c.q)
+        }
     };
+    // An empty prompt goes through once, for the forward pass's own error.
+    let chunks: Vec<&[u32]> = match tokens.is_empty() {
+        true => vec![tokens],
+        false => tokens.chunks(PREFILL_CHUNK).collect(),
+    };
+    let mut hidden = Vec::new();
+    for chunk in chunks {
+        let capture: Option<&mut CaptureFn<'_>> = match capture_q {
+            true => Some(&mut cb),
+            false => None,
+        };
+        hidden = llama.forward(chunk, &mut cache, capture, &mut tm)?;
+        progress(cache.len());
+    }
     let last_logits = llama.last_logits(&hidden, &mut tm)?;
     Ok(Prefill {
         cache,
@@ -119,11 +151,26 @@ impl<'m> Decoder<'m> {
         cfg: &PolicyConfig,
         extra: usize,
         knn: &dyn qkindex::KnnBackend,
+        progress: impl FnMut(usize, usize) + Send,
+    ) -> Result<Self, ModelError> {
+        let capacity = (prefill.cache.len() + extra).min(llama.cfg.context_length);
+        let cache = prefill.cache.with_capacity(capacity, llama.cfg.head_dim);
+        Self::with_cache(llama, cache, &prefill.q, cfg, knn, progress)
+    }
+
+    /// [`Decoder::new`] on a cache it owns (a prefill's, with room for the decode steps:
+    /// `KvCache::with_capacity`) and the prefill's queries `prefill_q` (as [`Prefill::q`];
+    /// unread by `full`). A caller that needs the prefill's cache no more saves a copy of it
+    /// (Gemma 3 at 131,072 positions: 0.8 GB).
+    pub fn with_cache(
+        llama: &'m Llama,
+        cache: KvCache,
+        prefill_q: &[Vec<f32>],
+        cfg: &PolicyConfig,
+        knn: &dyn qkindex::KnnBackend,
         mut progress: impl FnMut(usize, usize) + Send,
     ) -> Result<Self, ModelError> {
         let hd = llama.cfg.head_dim;
-        let capacity = (prefill.cache.len() + extra).min(llama.cfg.context_length);
-        let cache = prefill.cache.with_capacity(capacity, hd);
         let total = llama.cfg.n_layers * llama.cfg.n_kv_heads;
         let mut cfg = cfg.clone();
         cfg.local_layers = (0..llama.cfg.n_layers)
@@ -136,7 +183,7 @@ impl<'m> Decoder<'m> {
                 Shape::of(&llama.cfg),
                 &cache_keys(&cache, hd),
                 cache.len(),
-                &prefill.q,
+                prefill_q,
                 knn,
                 {
                     let mut done = 0;
@@ -155,6 +202,11 @@ impl<'m> Decoder<'m> {
             wall: Duration::ZERO,
             steps: 0,
         })
+    }
+
+    /// The cache: the prefill's positions, then those of the steps so far.
+    pub fn cache(&self) -> &KvCache {
+        &self.cache
     }
 
     /// Feeds one token; returns the logits of the next.

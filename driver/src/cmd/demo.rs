@@ -9,18 +9,20 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use qkindex_driver::decode::{prefill, Decoder, Prefill};
+use qkindex_driver::decode::{prefill_with, Decoder, Prefill};
 use qkindex_driver::devices::Devices;
-use qkindex_driver::model::{argmax, find_default_model, LayerCapture, Model};
+use qkindex_driver::model::{argmax, find_default_model, KvCache, LayerCapture, Model};
 use qkindex_driver::retrieval::{build_tally, BuildTally, PolicyConfig, PolicyKind};
 
 use super::model_args::ModelArgs;
 use super::policy_args::PolicyArgs;
+use super::progress::prefill_bar;
 use super::ttft_line;
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Prefill length in tokens (of the bundled text).
+    /// Prefill length in tokens (of the bundled license texts, or of Paul Graham's essays,
+    /// fetched by `scripts/get-text.sh`, when it is longer than they are).
     #[arg(long, default_value_t = 8000)]
     pub context: usize,
     /// Tokens to generate with retrieval attention.
@@ -47,14 +49,17 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
         fetch_model()?;
     }
     let m = args.model.load(devices)?;
-    let cfg = &m.llama.cfg;
-    let ids = m.tokenizer.encode(super::BUNDLED_TEXT)?;
+    // The bundled text, or the essays where it is too short.
+    let encode = |t: &str| Ok(m.tokenizer.encode(t)?);
+    let (ids, text_name) = super::texts::long_enough(args.context, encode)?;
     let ctx = args.context.min(ids.len());
     if ctx < args.context {
-        // The bundled text is shorter than asked: the demo runs on all of it, if that fits.
+        // The text is shorter than asked: the demo runs on all of it, if that fits.
         check_sizes(&args, &index_cfg, ctx)
-            .with_context(|| format!("the bundled text has {ctx} tokens"))?;
+            .with_context(|| format!("{text_name} have {ctx} tokens"))?;
     }
+    let m = args.model.fit(m, ctx + args.new)?;
+    let cfg = &m.llama.cfg;
     if ctx + args.new > cfg.context_length {
         anyhow::bail!(
             "--context {ctx} + --new {} must fit the model's {} positions",
@@ -68,11 +73,26 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
             cfg.n_layers
         );
     }
+    if let Some(&l) = args
+        .dump_layers
+        .iter()
+        .find(|&&l| cfg.layer(l).attention.window().is_some())
+    {
+        anyhow::bail!(
+            "--dump-layers: layer {l} is a sliding-window layer (no index, and its cache keeps \
+             only its window); dump global layers: {:?}",
+            cfg.global_layers()
+        );
+    }
     println!(
-        "== prefill: {ctx} tokens of the bundled license texts ({} layers, {} query heads, {} KV heads)",
+        "== prefill: {ctx} tokens of {text_name} ({} layers, {} query heads, {} KV heads)",
         cfg.n_layers, cfg.n_heads, cfg.n_kv_heads
     );
-    let pre = prefill(&m.llama, &ids[..ctx], ctx, true)?;
+    let bar = prefill_bar(ctx);
+    let pre = prefill_with(&m.llama, &ids[..ctx], ctx, true, |d| {
+        bar.set_position(d as u64)
+    })?;
+    bar.finish_and_clear();
     println!(
         "   {:.1} s ({:.0} tokens/s)",
         pre.seconds,
@@ -94,27 +114,49 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
         index_cfg.index, index_cfg.sink, index_cfg.window
     );
     let tally_before = build_tally();
-    let mut fast = Decoder::new(
+    // The prefill's cache moves into the index-topk decoder (grown by the decode steps), and
+    // `full` copies that: two caches, not three (at 131,072 positions each is 0.9 GB).
+    let Prefill {
+        cache: pre_cache,
+        q: mut pre_q,
+        last_logits,
+        seconds: prefill_s,
+    } = pre;
+    let n = pre_cache.len();
+    let cache = pre_cache.with_capacity(n + args.new, cfg.head_dim);
+    drop(pre_cache);
+    let mut fast = Decoder::with_cache(
         &m.llama,
-        &pre,
+        cache,
+        &pre_q,
         &index_cfg,
-        args.new,
         devices.knn(),
         |d, _| bar.set_position(d as u64),
     )?;
     bar.finish_and_clear();
     let build_s = fast.stats().map_or(0.0, |s| s.build_s);
     println!("   {total} indexes in {build_s:.1} s");
-    if let Some(line) = tally_line(build_tally() - tally_before) {
+    let tally = build_tally() - tally_before;
+    if let Some(line) = tally_line(tally) {
         println!("{line}");
     }
-    println!("{}", ttft_line(pre.seconds, build_s));
+    if let Some(line) = tally.steps_line() {
+        println!("   {line}");
+    }
+    println!("{}", ttft_line(prefill_s, build_s));
+    // The builds are done: keep the queries of the dumped layers only (at 131,072 positions
+    // each global layer's are 0.5 GiB).
+    for (l, q) in pre_q.iter_mut().enumerate() {
+        if !args.dump_layers.contains(&l) {
+            *q = Vec::new();
+        }
+    }
     let full_cfg = args.policy.config(PolicyKind::Full);
-    let mut full = Decoder::new(
+    let mut full = Decoder::with_cache(
         &m.llama,
-        &pre,
+        fast.cache().clone(),
+        &[],
         &full_cfg,
-        args.new,
         devices.knn(),
         |_, _| {},
     )?;
@@ -125,8 +167,8 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
     );
     let mut stream = m.tokenizer.stream();
     let mut out = std::io::stdout().lock();
-    let mut logits = pre.last_logits.clone();
-    let mut full_logits = pre.last_logits.clone();
+    let mut logits = last_logits.clone();
+    let mut full_logits = last_logits;
     let mut agree = 0usize;
     let eos = m.tokenizer.eos_id;
     let skip = |id: u32| m.tokenizer.is_control(id);
@@ -157,7 +199,13 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
     drop(out);
 
     let dump_dir = args.out.join("dump");
-    write_dump(&m, &pre, &args.dump_layers, &decoded, &dump_dir)?;
+    write_dump(
+        &m,
+        (full.cache(), n, &pre_q),
+        &args.dump_layers,
+        &decoded,
+        (&dump_dir, text_name),
+    )?;
     println!(
         "== dump: layers {:?}, {} prefill + {} decode rows → {} (`qkindex bench --dump`, `qkindex decode-bench --dump`, qkindex.load_dump)",
         args.dump_layers,
@@ -187,7 +235,7 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
     let per = s.distance_computations as f64 / s.selections.max(1) as f64;
     println!(
         "   index search: {per:.0} inner products per head and step ({} of the keys outside the static set)",
-        pct(Some(per / pre.cache.len().saturating_sub(index_cfg.sink + index_cfg.window).max(1) as f64))
+        pct(Some(per / n.saturating_sub(index_cfg.sink + index_cfg.window).max(1) as f64))
     );
     println!(
         "   top-1 agreement with full attention: {agree}/{produced} ({:.1}%)",
@@ -312,24 +360,26 @@ fn head_major(rows: &[f32], heads: usize, hd: usize) -> Vec<f32> {
 }
 
 /// Writes the prefill and decode q/k/v of `layers` in the dump layout (float16, head-major).
+/// `prefill`: a cache whose first `n` positions are the prefill's (global layers: from
+/// position 0), and the prefill's queries per layer.
 fn write_dump(
     m: &Model,
-    pre: &Prefill,
+    (cache, n, pre_q): (&KvCache, usize, &[Vec<f32>]),
     layers: &[usize],
     decoded: &[Rows],
-    dir: &Path,
+    (dir, text_name): (&Path, &str),
 ) -> anyhow::Result<()> {
     let c = &m.llama.cfg;
-    let (n, hd) = (pre.cache.len(), c.head_dim);
+    let hd = c.head_dim;
     let (hq, hk) = (c.n_heads, c.n_kv_heads);
     let n_dec = decoded.first().map_or(0, |d| d.0.len() / (hq * hd));
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     for (&l, (qd, kd, vd)) in layers.iter().zip(decoded) {
         let blocks = |f: &dyn Fn(usize) -> Vec<f32>| -> Vec<f32> { (0..hk).flat_map(f).collect() };
-        let k = blocks(&|g| pre.cache.keys(l, g, hd).to_vec());
-        let v = blocks(&|g| pre.cache.values(l, g, hd).to_vec());
+        let k = blocks(&|g| cache.keys(l, g, hd)[..n * hd].to_vec());
+        let v = blocks(&|g| cache.values(l, g, hd)[..n * hd].to_vec());
         let path = |part: &str| dir.join(format!("layer{l:02}.{part}.npy"));
-        qkindex::npy::write_f16(&path("q"), &[hq, n, hd], &head_major(&pre.q[l], hq, hd))?;
+        qkindex::npy::write_f16(&path("q"), &[hq, n, hd], &head_major(&pre_q[l], hq, hd))?;
         qkindex::npy::write_f16(&path("k"), &[hk, n, hd], &k)?;
         qkindex::npy::write_f16(&path("v"), &[hk, n, hd], &v)?;
         qkindex::npy::write_f16(&path("qdec"), &[hq, n_dec, hd], &head_major(qd, hq, hd))?;
@@ -347,7 +397,7 @@ fn write_dump(
         n_prefill: n,
         n_decode: n_dec,
         rope_theta: c.rope_theta,
-        source: "qkindex demo: the bundled license texts".into(),
+        source: format!("qkindex demo: {text_name}"),
     };
     std::fs::write(
         dir.join("manifest.json"),

@@ -120,7 +120,6 @@ pub fn run(args: DumpArgs, devices: &Devices) -> anyhow::Result<()> {
         None => None,
     };
     let m = args.model.load(devices)?;
-    let cfg = m.llama.cfg.clone();
     let mut prompt = match (&input_text, &args.ids) {
         (Some(t), _) => m.tokenizer.encode(t)?,
         (None, Some(p)) => read_ids(p)?,
@@ -132,6 +131,8 @@ pub fn run(args: DumpArgs, devices: &Devices) -> anyhow::Result<()> {
     if prompt.is_empty() {
         anyhow::bail!("the prompt has no tokens");
     }
+    let m = args.model.fit(m, prompt.len() + args.decode)?;
+    let cfg = m.llama.cfg.clone();
     if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= cfg.vocab_size) {
         return Err(ModelError::TokenId {
             id: bad.into(),

@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use qkindex_driver::decode::{log_softmax, prefill, Decoder, Latency, Prefill};
+use qkindex_driver::decode::{log_softmax, prefill_with, Decoder, Latency, Prefill};
 use qkindex_driver::devices::Devices;
 use qkindex_driver::model::{argmax, Model};
-use qkindex_driver::retrieval::{PolicyConfig, PolicyKind, SeededProbe};
+use qkindex_driver::retrieval::{build_tally, PolicyConfig, PolicyKind, SeededProbe};
 use serde::Serialize;
 
 use super::model_args::PolicyRunArgs;
@@ -19,7 +19,8 @@ use super::policy_args::PolicyArgs;
 
 #[derive(Debug, Args)]
 pub struct EvalArgs {
-    /// Text file (UTF-8) [default: the bundled license texts].
+    /// Text file (UTF-8) [default: the bundled license texts, or Paul Graham's essays
+    /// (`scripts/get-text.sh`) when --context + --continuation exceed them].
     #[arg(long)]
     pub text: Option<PathBuf>,
     /// Tokens before the first scored token (prefilled with exact attention).
@@ -76,15 +77,21 @@ pub struct EvalResult {
 }
 
 pub fn run(args: EvalArgs, devices: &Devices) -> anyhow::Result<()> {
-    let text = match &args.text {
-        Some(p) => {
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
-        }
-        None => super::BUNDLED_TEXT.to_string(),
-    };
     let m = args.run.model.load(devices)?;
-    let ids = m.tokenizer.encode(&text)?;
     let (ctx, cont) = (args.context, args.continuation);
+    let ids = match &args.text {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            m.tokenizer.encode(&text)?
+        }
+        None => {
+            let encode = |t: &str| Ok(m.tokenizer.encode(t)?);
+            let (ids, name) = super::texts::long_enough(ctx + cont, encode)?;
+            eprintln!("text: {name} ({} tokens)", ids.len());
+            ids
+        }
+    };
     if ctx < 2 || cont == 0 {
         anyhow::bail!("--context must be at least 2 and --continuation at least 1");
     }
@@ -95,6 +102,7 @@ pub fn run(args: EvalArgs, devices: &Devices) -> anyhow::Result<()> {
             ctx + cont
         );
     }
+    let m = args.run.model.fit(m, ctx + cont - 1)?;
     let max_pos = m.llama.cfg.context_length;
     if ctx + cont - 1 > max_pos {
         anyhow::bail!("--context + --continuation − 1 must be at most the model's {max_pos}");
@@ -126,7 +134,11 @@ pub fn evaluate(
     let needs_q = kinds.iter().any(|k| k.needs_prefill_queries());
     let cont = tokens.len() - ctx;
     eprintln!("prefill of {} tokens...", ctx - 1);
-    let pre = prefill(&m.llama, &tokens[..ctx - 1], ctx - 1, needs_q)?;
+    let bar = super::progress::prefill_bar(ctx - 1);
+    let pre = prefill_with(&m.llama, &tokens[..ctx - 1], ctx - 1, needs_q, |d| {
+        bar.set_position(d as u64)
+    })?;
+    bar.finish_and_clear();
     eprintln!("prefill {:.1} s", pre.seconds);
     let mut reference: Vec<Vec<f64>> = Vec::new();
     let mut ref_top: Vec<u32> = Vec::new();
@@ -205,10 +217,14 @@ fn run_policy(
         "{msg} {bar:30} {pos}/{len} KV heads [{elapsed}]",
     )?);
     builds.set_message(format!("{}: building", cfg.kind.name()));
+    let tally_before = build_tally();
     let mut dec = Decoder::new(&m.llama, pre, cfg, cont, devices.knn(), |done, _| {
         builds.set_position(done as u64)
     })?;
     builds.finish_and_clear();
+    if let Some(line) = (build_tally() - tally_before).steps_line() {
+        eprintln!("{}: {line}", cfg.kind.name());
+    }
     // The seeded-fallback comparisons this report prints (retopk --retopk-index), untimed.
     if let Some(r) = dec.retrieval_mut() {
         r.set_observer(Box::new(SeededProbe::default()));

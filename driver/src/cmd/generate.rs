@@ -46,6 +46,7 @@ pub fn run(args: GenerateArgs, devices: &Devices) -> anyhow::Result<()> {
     if ids.is_empty() {
         anyhow::bail!("the prompt has no tokens");
     }
+    let m = args.model.fit(m, ids.len() + args.max_new)?;
     let ctx = m.llama.cfg.context_length;
     if ids.len() > ctx {
         return Err(ModelError::ContextOverflow {

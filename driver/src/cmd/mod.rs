@@ -15,9 +15,11 @@ pub mod model_args;
 pub mod passkey;
 pub mod policy_args;
 pub mod ppl;
+pub mod progress;
 pub mod report;
 pub mod scaling;
 pub mod tasks;
+pub mod texts;
 pub mod verify;
 
 /// Permissive license texts from Debian's `/usr/share/common-licenses` (MPL-2.0, Apache-2.0,

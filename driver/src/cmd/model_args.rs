@@ -7,7 +7,8 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 use qkindex_driver::devices::Devices;
-use qkindex_driver::model::{Model, KNOWN_MODELS};
+use qkindex_driver::model::config::RopeScaling;
+use qkindex_driver::model::{Model, ModelError, KNOWN_MODELS};
 
 use super::policy_args::PolicyArgs;
 
@@ -31,14 +32,26 @@ pub struct ModelArgs {
     /// Expected sha256 of the model file (checked before loading).
     #[arg(long)]
     pub sha256: Option<String>,
-    /// NTK-aware RoPE scaling: base × F^(d/(d−2)) and a context F times the trained one (e.g.
-    /// 4 for SmolLM2 at 32K). Gemma 3's local layers keep their base.
-    #[arg(long, value_name = "F", default_value_t = 1.0)]
-    pub rope_scale: f64,
+    /// NTK-aware RoPE scaling by F, the same as `--rope-scaling ntk:F`.
+    #[arg(long, value_name = "F", conflicts_with = "rope_scaling")]
+    pub rope_scale: Option<f64>,
+    /// RoPE scaling for a context F times the trained one: `none`, `ntk:F` (base ×
+    /// F^(d/(d−2))) or `linear:F` (positions / F). It applies to the layers with the file's base
+    /// (all of SmolLM2's, Gemma 3's global ones). Default: none while the run fits the trained
+    /// context, past it NTK by the smallest power of two that makes room (measured:
+    /// docs/bench/long/README.md).
+    #[arg(long, value_name = "MODE", value_parser = parse_rope_scaling)]
+    pub rope_scaling: Option<RopeScaling>,
+}
+
+fn parse_rope_scaling(s: &str) -> Result<RopeScaling, String> {
+    s.parse().map_err(|e: ModelError| e.to_string())
 }
 
 impl ModelArgs {
-    /// Loads the model onto `devices`' model device, reporting the time on stderr.
+    /// Loads the model onto `devices`' model device with the RoPE scaling named (none
+    /// otherwise; [`ModelArgs::fit`] picks the default once the run's length is known),
+    /// reporting the time on stderr.
     pub fn load(&self, devices: &Devices) -> anyhow::Result<Model> {
         let t0 = Instant::now();
         let m = devices
@@ -46,15 +59,21 @@ impl ModelArgs {
             .and_then(|device| {
                 Model::load_default_or(self.model.as_deref(), self.sha256.as_deref(), device)
             })
-            .and_then(|m| m.with_rope_scale(self.rope_scale))
             .context("loading the model")?;
-        let scale = if self.rope_scale > 1.0 {
-            format!(
-                ", RoPE scale {} (context {})",
-                self.rope_scale, m.llama.cfg.context_length
-            )
-        } else {
-            String::new()
+        let scaling = match (self.rope_scaling, self.rope_scale) {
+            (Some(s), _) => s,
+            (None, Some(f)) => RopeScaling::Ntk(f),
+            (None, None) => RopeScaling::None,
+        };
+        let m = m
+            .with_rope_scaling(scaling)
+            .context("scaling the model's RoPE")?;
+        let scale = match m.llama.cfg.rope_scaling() {
+            RopeScaling::None => String::new(),
+            s => format!(
+                ", RoPE scaling {s} (context {})",
+                m.llama.cfg.context_length
+            ),
         };
         eprintln!(
             "loaded {} ({} layers{scale}) from {} in {:.2} s",
@@ -62,6 +81,29 @@ impl ModelArgs {
             m.llama.cfg.n_layers,
             m.path.display(),
             t0.elapsed().as_secs_f64()
+        );
+        Ok(m)
+    }
+}
+
+impl ModelArgs {
+    /// `m` ready for runs of `positions` positions: where no RoPE scaling was named and they
+    /// exceed the trained context, the default scaling for that length
+    /// (`Config::default_rope_scaling`), said on stderr; `m` as it is otherwise.
+    pub fn fit(&self, m: Model, positions: usize) -> anyhow::Result<Model> {
+        let named = self.rope_scaling.is_some() || self.rope_scale.is_some();
+        let scaling = m.llama.cfg.default_rope_scaling(positions);
+        if named || scaling == RopeScaling::None {
+            return Ok(m);
+        }
+        let trained = m.llama.cfg.trained_context();
+        let m = m
+            .with_rope_scaling(scaling)
+            .context("scaling the model's RoPE")?;
+        eprintln!(
+            "{positions} positions exceed the trained context of {trained}: RoPE scaling \
+             {scaling} (context {}; --rope-scaling names another)",
+            m.llama.cfg.context_length
         );
         Ok(m)
     }

@@ -75,6 +75,9 @@ struct Summary {
 
 pub fn run(args: PasskeyArgs, devices: &Devices) -> anyhow::Result<()> {
     let m = args.run.model.load(devices)?;
+    // The longest prompt plus its answer: the default RoPE scaling past the trained context.
+    let longest = args.lengths.iter().max().map_or(0, |&l| l + ANSWER_TOKENS);
+    let m = args.run.model.fit(m, longest)?;
     if args.depths.iter().any(|&d| d > 100) {
         anyhow::bail!("--depths are percentages (0..=100)");
     }
@@ -213,7 +216,7 @@ fn prompt(
 ) -> anyhow::Result<(Vec<u32>, Vec<u32>)> {
     let question = m.tokenizer.encode(QUESTION)?;
     let needle = passkey_needle(key);
-    let units = Haystack::Repeat.units();
+    let units = Haystack::Repeat.units()?;
     let depth = [(depth as f64 / 100.0, needle)];
     let count = |s: &str| Ok(m.tokenizer.encode(s)?.len() + question.len());
     let (_, text) = fit(

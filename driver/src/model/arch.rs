@@ -59,9 +59,11 @@ impl Architecture {
         matches!(self, Architecture::Llama)
     }
 
-    /// What layer `layer` of a model with RoPE base `rope_base` (the file's, after any scaling)
-    /// and sliding window `window` (keys, Gemma 3) does.
-    pub fn layer(self, layer: usize, rope_base: f64, window: usize) -> LayerSpec {
+    /// What layer `layer` of a model with RoPE base `rope_base` and linear position scale
+    /// `linear` (the file's base after any NTK scaling, and 1 unless linear scaling is on; both
+    /// apply to the layers with the file's base only) and sliding window `window` (keys,
+    /// Gemma 3) does.
+    pub fn layer(self, layer: usize, (rope_base, linear): (f64, f64), window: usize) -> LayerSpec {
         match self {
             Architecture::Llama => LayerSpec {
                 norms: NormPlacement::Pre,
@@ -69,6 +71,7 @@ impl Architecture {
                 activation: Activation::SwiGlu,
                 rope: RopeSpec {
                     base: rope_base,
+                    linear,
                     rows: QkRowOrder::LlamaCppPermuted,
                 },
                 attention: AttentionKind::Global,
@@ -85,6 +88,7 @@ impl Architecture {
                         } else {
                             GEMMA3_LOCAL_ROPE_BASE
                         },
+                        linear: if global { linear } else { 1.0 },
                         rows: QkRowOrder::AsStored,
                     },
                     attention: if global {
@@ -151,6 +155,9 @@ pub struct RopeSpec {
     /// `theta` of the frequencies `theta^(-2i / head_dim)`. Gemma 3: 1e4 on local layers, 1e6
     /// on global ones.
     pub base: f64,
+    /// Positions are divided by this before rotating (linear scaling, position interpolation;
+    /// 1 as trained).
+    pub linear: f64,
     /// How the file stores the q/k rows (the rotation itself is always rotate-half).
     pub rows: QkRowOrder,
 }
@@ -205,8 +212,8 @@ mod tests {
             Architecture::from_gguf_name("mistral"),
             Err(ModelError::Architecture(name)) if name == "mistral"
         ));
-        let l0 = a.layer(0, 1e5, 0);
-        assert_eq!(l0, a.layer(29, 1e5, 0));
+        let l0 = a.layer(0, (1e5, 1.0), 0);
+        assert_eq!(l0, a.layer(29, (1e5, 1.0), 0));
         assert_eq!(l0.rope.base, 1e5);
         assert_eq!(l0.attention, AttentionKind::Global);
         assert_eq!(a.embed_scale(), EmbedScale::None);
@@ -218,14 +225,16 @@ mod tests {
         let a = Architecture::from_gguf_name("gemma3").expect("gemma3");
         assert_eq!(a.gguf_name(), "gemma3");
         let global: Vec<usize> = (0..18)
-            .filter(|&l| a.layer(l, 1e6, 512).attention == AttentionKind::Global)
+            .filter(|&l| a.layer(l, (1e6, 1.0), 512).attention == AttentionKind::Global)
             .collect();
         assert_eq!(global, [5, 11, 17]);
-        let (local, glob) = (a.layer(0, 1e6, 512), a.layer(5, 1e6, 512));
+        let (local, glob) = (a.layer(0, (1e6, 4.0), 512), a.layer(5, (1e6, 4.0), 512));
         assert_eq!(local.attention.window(), Some(512));
         assert_eq!(glob.attention.window(), None);
         assert_eq!(local.rope.base, GEMMA3_LOCAL_ROPE_BASE);
         assert_eq!(glob.rope.base, 1e6);
+        // Linear scaling stretches the global layers only.
+        assert_eq!((local.rope.linear, glob.rope.linear), (1.0, 4.0));
         assert_eq!(glob.norms, NormPlacement::PrePost);
         assert_eq!(glob.qk_norm, QkNorm::PerHead);
         assert_eq!(glob.activation, Activation::GeGlu);

@@ -169,7 +169,10 @@ impl<T> Attention<T> {
             Some(p) => b.policy_attention(layer, &a.q, &q_host, s.cache, pos0, p, &mut a.att)?,
             None => {
                 let window = spec.attention.window();
-                b.attention(layer, &a.q, s.cache, heads, (n, pos0), window, &mut a.att)?
+                // A layer that keeps only its window holds positions from `first` on: the
+                // attention sees them from row 0 (positions only matter relative to each other).
+                let rel = pos0 - s.cache.first_position(layer);
+                b.attention(layer, &a.q, s.cache, heads, (n, rel), window, &mut a.att)?
             }
         }
         s.timer.lap(match spec.attention {

@@ -2,12 +2,18 @@
 
 use super::backend::Heads;
 
-/// The KV cache of a sequence: per layer, `n_kv_heads` blocks of row-major `capacity × head_dim`
-/// keys (post-RoPE) and values.
+/// The KV cache of a sequence: per layer, `n_kv_heads` blocks of row-major `rows × head_dim`
+/// keys (post-RoPE) and values, `rows` = `capacity` for a layer that keeps every position.
+///
+/// A sliding-window layer of `w` keys may keep only its window ([`KvCache::windowed`]): its
+/// blocks hold `w − 1 + max_call` rows, positions `first_position(layer)..len()`, and a write
+/// that would overflow them first moves the last `w − 1` positions to the front. Gemma 3 at
+/// 131,072 positions: 15 local layers × 2,559 rows instead of 131,072 (4.0 GiB of f32 keys and
+/// values down to 79 MB).
 ///
 /// This host copy is the canonical cache on every backend (policies and captures read it); a GPU
 /// backend mirrors it on the device and tells caches apart by [`KvCache::id`], which every new
-/// cache and every clone gets afresh.
+/// cache and every clone gets afresh. GPU backends take caches that keep every position.
 #[derive(Debug)]
 pub struct KvCache {
     id: u64,
@@ -15,6 +21,12 @@ pub struct KvCache {
     len: usize,
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
+    /// Per layer: `Some(w)` where the layer keeps only its window of `w` keys.
+    windows: Vec<Option<usize>>,
+    /// Per layer: the rows of each KV head's block.
+    rows: Vec<usize>,
+    /// Per layer: the position of row 0 (0 for a layer that keeps every position).
+    first: Vec<usize>,
 }
 
 fn next_cache_id() -> u64 {
@@ -30,21 +42,69 @@ impl Clone for KvCache {
             len: self.len,
             k: self.k.clone(),
             v: self.v.clone(),
+            windows: self.windows.clone(),
+            rows: self.rows.clone(),
+            first: self.first.clone(),
         }
     }
 }
 
 impl KvCache {
     /// A cache of `n_layers` layers, `n_kv_heads` heads, room for `capacity` positions, empty.
+    #[cfg(test)]
     pub(crate) fn zeroed(n_layers: usize, n_kv_heads: usize, capacity: usize, hd: usize) -> Self {
-        let per_layer = n_kv_heads * capacity * hd;
+        Self::windowed(&vec![None; n_layers], n_kv_heads, capacity, hd, 0)
+    }
+
+    /// A cache whose layer `l` keeps only its window where `windows[l]` is `Some(w)`, for
+    /// forward calls of at most `max_call` rows: `w − 1 + max_call` rows (at most `capacity`).
+    pub(crate) fn windowed(
+        windows: &[Option<usize>],
+        n_kv_heads: usize,
+        capacity: usize,
+        hd: usize,
+        max_call: usize,
+    ) -> Self {
+        let rows: Vec<usize> = windows
+            .iter()
+            .map(|w| w.map_or(capacity, |w| (w.saturating_sub(1) + max_call).min(capacity)))
+            .collect();
+        let windows = windows
+            .iter()
+            .zip(&rows)
+            .map(|(&w, &r)| w.filter(|_| r < capacity))
+            .collect();
+        let blocks = || {
+            rows.iter()
+                .map(|&r| vec![0f32; n_kv_heads * r * hd])
+                .collect()
+        };
         KvCache {
             id: next_cache_id(),
             capacity,
             len: 0,
-            k: (0..n_layers).map(|_| vec![0f32; per_layer]).collect(),
-            v: (0..n_layers).map(|_| vec![0f32; per_layer]).collect(),
+            k: blocks(),
+            v: blocks(),
+            windows,
+            first: vec![0; rows.len()],
+            rows,
         }
+    }
+
+    /// The rows of each KV head's block of `layer` (`capacity` unless the layer keeps only its
+    /// window).
+    pub fn layer_rows(&self, layer: usize) -> usize {
+        self.rows[layer]
+    }
+
+    /// The position of row 0 of `layer` (0 unless the layer keeps only its window).
+    pub fn first_position(&self, layer: usize) -> usize {
+        self.first[layer]
+    }
+
+    /// Whether some layer keeps only its window.
+    pub fn is_windowed(&self) -> bool {
+        self.windows.iter().any(Option::is_some)
     }
 
     /// Identity of this cache's contents (new for every cache and every clone).
@@ -52,13 +112,17 @@ impl KvCache {
         self.id
     }
 
-    /// Keys and values of `layer`, all heads (`n_kv_heads` blocks of `capacity × head_dim`).
+    /// Keys and values of `layer`, all heads (`n_kv_heads` blocks of
+    /// [`KvCache::layer_rows`]` × head_dim`, row `r` at position `first_position(layer) + r`).
     pub fn layer(&self, layer: usize) -> (&[f32], &[f32]) {
         (&self.k[layer], &self.v[layer])
     }
 
     /// Writes the keys and values of positions `pos0..pos0 + rows` of `layer`: `k` and `v` are
-    /// row-major `rows × (n_kv_heads · head_dim)`, one row per position.
+    /// row-major `rows × (n_kv_heads · head_dim)`, one row per position. A layer that keeps
+    /// only its window `w` first drops what the new rows no longer need (all but the last
+    /// `w − 1` positions before `pos0`) when they would not fit; `rows` must be at most the
+    /// `max_call` it was made for (the forward pass's calls are).
     pub(crate) fn write_rows(
         &mut self,
         layer: usize,
@@ -69,10 +133,26 @@ impl KvCache {
     ) {
         let (n_kv, hd) = (heads.n_kv_heads, heads.head_dim);
         let kv_dim = n_kv * hd;
+        let n = k.len() / kv_dim.max(1);
+        let block = self.rows[layer];
+        if let Some(w) = self.windows[layer] {
+            let first = self.first[layer];
+            if pos0 + n > first + block {
+                let keep_from = pos0.saturating_sub(w.saturating_sub(1)).max(first);
+                let (from, to) = ((keep_from - first) * hd, (pos0 - first) * hd);
+                for g in 0..n_kv {
+                    let base = g * block * hd;
+                    self.k[layer].copy_within(base + from..base + to, base);
+                    self.v[layer].copy_within(base + from..base + to, base);
+                }
+                self.first[layer] = keep_from;
+            }
+        }
+        let pos0 = pos0 - self.first[layer];
         let (kc, vc) = (&mut self.k[layer], &mut self.v[layer]);
-        for r in 0..k.len() / kv_dim.max(1) {
+        for r in 0..n {
             for g in 0..n_kv {
-                let dst = (g * self.capacity + pos0 + r) * hd;
+                let dst = (g * block + pos0 + r) * hd;
                 let src = r * kv_dim + g * hd;
                 kc[dst..dst + hd].copy_from_slice(&k[src..src + hd]);
                 vc[dst..dst + hd].copy_from_slice(&v[src..src + hd]);
@@ -98,31 +178,40 @@ impl KvCache {
         self.capacity
     }
 
-    /// Keys of `layer` and KV head `g` at positions `0..len()`, row-major.
+    /// Keys of `layer` and KV head `g` at positions `first_position(layer)..len()` (`0..len()`
+    /// unless the layer keeps only its window), row-major.
     pub fn keys(&self, layer: usize, g: usize, head_dim: usize) -> &[f32] {
-        let base = g * self.capacity * head_dim;
-        &self.k[layer][base..base + self.len * head_dim]
+        let base = g * self.rows[layer] * head_dim;
+        &self.k[layer][base..base + (self.len - self.first[layer]) * head_dim]
     }
 
-    /// Values of `layer` and KV head `g` at positions `0..len()`, row-major.
+    /// Values of `layer` and KV head `g`, the positions of [`KvCache::keys`].
     pub fn values(&self, layer: usize, g: usize, head_dim: usize) -> &[f32] {
-        let base = g * self.capacity * head_dim;
-        &self.v[layer][base..base + self.len * head_dim]
+        let base = g * self.rows[layer] * head_dim;
+        &self.v[layer][base..base + (self.len - self.first[layer]) * head_dim]
     }
 
-    /// A copy with room for `capacity` positions (at least `len()`).
+    /// A copy with room for `capacity` positions (at least `len()`); layers that keep only
+    /// their window keep their blocks as they are.
     pub fn with_capacity(&self, capacity: usize, head_dim: usize) -> KvCache {
         let capacity = capacity.max(self.len);
+        let rows: Vec<usize> = (0..self.rows.len())
+            .map(|l| match self.windows[l] {
+                Some(_) => self.rows[l],
+                None => capacity,
+            })
+            .collect();
         let regrow = |blocks: &Vec<Vec<f32>>| -> Vec<Vec<f32>> {
             blocks
                 .iter()
-                .map(|layer| {
-                    let groups = layer.len() / (self.capacity * head_dim).max(1);
-                    let mut out = vec![0f32; groups * capacity * head_dim];
+                .enumerate()
+                .map(|(l, layer)| {
+                    let (old, new) = (self.rows[l], rows[l]);
+                    let groups = layer.len() / (old * head_dim).max(1);
+                    let mut out = vec![0f32; groups * new * head_dim];
+                    let len = (self.len - self.first[l]) * head_dim;
                     for g in 0..groups {
-                        let src = g * self.capacity * head_dim;
-                        let dst = g * capacity * head_dim;
-                        let len = self.len * head_dim;
+                        let (src, dst) = (g * old * head_dim, g * new * head_dim);
                         out[dst..dst + len].copy_from_slice(&layer[src..src + len]);
                     }
                     out
@@ -135,6 +224,9 @@ impl KvCache {
             len: self.len,
             k: regrow(&self.k),
             v: regrow(&self.v),
+            windows: self.windows.clone(),
+            rows,
+            first: self.first.clone(),
         }
     }
 }

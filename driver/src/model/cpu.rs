@@ -160,7 +160,7 @@ impl Backend for CpuBackend<'_> {
             n_heads: heads.n_heads,
             n_kv_heads: heads.n_kv_heads,
             head_dim: heads.head_dim,
-            capacity: cache.capacity(),
+            capacity: cache.layer_rows(layer),
             window,
         };
         let (kc, vc) = cache.layer(layer);
@@ -185,7 +185,7 @@ impl Backend for CpuBackend<'_> {
             q: q_host,
             k: kc,
             v: vc,
-            capacity: cache.capacity(),
+            capacity: cache.layer_rows(layer),
         };
         policy.attend(step, out)
     }

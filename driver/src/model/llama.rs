@@ -16,7 +16,7 @@ use super::arch::EmbedScale;
 use super::backend::{Backend, ModelDevice, Part, Timer, Timings};
 use super::block::{Activations, Step};
 use super::cache::KvCache;
-use super::config::Config;
+use super::config::{Config, RopeScaling};
 use super::cpu::CpuBackend;
 use super::error::{ModelError, Result};
 use super::hooks::{CaptureFn, DecodeAttention};
@@ -36,12 +36,14 @@ pub struct RopeTables {
 }
 
 impl RopeTables {
-    /// Tables for the layers of `cfg` up to position `cfg.context_length`.
+    /// Tables for the layers of `cfg` up to position `cfg.context_length`: one per distinct
+    /// (base, linear scale).
     pub fn new(cfg: &Config) -> Self {
-        let mut bases: Vec<f64> = Vec::new();
+        let mut bases: Vec<(f64, f64)> = Vec::new();
         let of_layer = (0..cfg.n_layers)
             .map(|layer| {
-                let base = cfg.layer(layer).rope.base;
+                let rope = cfg.layer(layer).rope;
+                let base = (rope.base, rope.linear);
                 bases.iter().position(|&b| b == base).unwrap_or_else(|| {
                     bases.push(base);
                     bases.len() - 1
@@ -50,7 +52,7 @@ impl RopeTables {
             .collect();
         let tables = bases
             .iter()
-            .map(|&base| Rope::new(cfg.head_dim, base, cfg.context_length))
+            .map(|&(base, linear)| Rope::scaled(cfg.head_dim, base, linear, cfg.context_length))
             .collect();
         RopeTables { tables, of_layer }
     }
@@ -98,10 +100,10 @@ impl Llama {
         }
     }
 
-    /// The same model with NTK-aware RoPE scaling by `factor` ([`Config::with_rope_scale`]);
-    /// its RoPE tables are rebuilt for the longer context.
-    pub fn with_rope_scale(self, factor: f64) -> Result<Self> {
-        let cfg = self.cfg.clone().with_rope_scale(factor)?;
+    /// The same model with its RoPE scaled ([`Config::with_rope_scaling`]); its RoPE tables
+    /// are rebuilt for the longer context.
+    pub fn with_rope_scaling(self, scaling: RopeScaling) -> Result<Self> {
+        let cfg = self.cfg.clone().with_rope_scaling(scaling)?;
         let ropes = RopeTables::new(&cfg);
         Ok(Self { cfg, ropes, ..self })
     }
@@ -139,11 +141,20 @@ impl Llama {
                 max: self.cfg.context_length,
             });
         }
-        Ok(KvCache::zeroed(
-            self.cfg.n_layers,
+        // On the CPU, sliding-window layers keep only their window (the prefill of 131,072
+        // positions fits 8 GB, docs/bench/long/README.md); GPU backends mirror whole caches.
+        let windows: Vec<Option<usize>> = match self.device {
+            ModelDevice::Cpu => (0..self.cfg.n_layers)
+                .map(|l| self.cfg.layer(l).attention.window())
+                .collect(),
+            ModelDevice::Cuda(_) => vec![None; self.cfg.n_layers],
+        };
+        Ok(KvCache::windowed(
+            &windows,
             self.cfg.n_kv_heads,
             capacity,
             self.cfg.head_dim,
+            PREFILL_CHUNK,
         ))
     }
 
@@ -430,6 +441,56 @@ mod tests {
     }
 
     #[test]
+    fn local_layers_keeping_only_their_window_compute_the_same() {
+        let m = tiny_gemma();
+        let tokens: Vec<u32> = (0..60).map(|i| (i * 11 + 5) % 50).collect();
+        let mut tm = Timings::default();
+        let mut full = KvCache::zeroed(6, 1, 60, 24);
+        let want = m.forward(&tokens, &mut full, None, &mut tm).expect("full");
+        // Window 8, calls of at most 5 rows: local blocks of 12 rows slide many times, in
+        // calls of 5, 3, 1 rows and one-token steps.
+        let windows: Vec<Option<usize>> =
+            (0..6).map(|l| m.cfg.layer(l).attention.window()).collect();
+        let mut win = KvCache::windowed(&windows, 1, 60, 24, 5);
+        assert!(win.is_windowed());
+        assert_eq!((win.layer_rows(0), win.layer_rows(5)), (12, 60));
+        let mut got = Vec::new();
+        let mut at = 0;
+        for n in [5, 3, 1, 5, 5, 4, 2]
+            .into_iter()
+            .chain(std::iter::repeat(1))
+        {
+            if at == tokens.len() {
+                break;
+            }
+            let end = (at + n).min(tokens.len());
+            got.extend(
+                m.forward(&tokens[at..end], &mut win, None, &mut tm)
+                    .expect("windowed"),
+            );
+            at = end;
+        }
+        for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+            assert!((a - b).abs() < 1e-4, "value {i}: {a} vs {b}");
+        }
+        // The local layer holds its last positions; the global one all of them (equal up to
+        // rounding: calls of other sizes take other matmul kernels).
+        let close = |a: &[f32], b: &[f32]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-4)
+        };
+        assert!(win.first_position(0) > 0);
+        assert_eq!(win.keys(0, 0, 24).len(), (60 - win.first_position(0)) * 24);
+        let tail = &full.keys(0, 0, 24)[win.first_position(0) * 24..];
+        assert!(close(win.keys(0, 0, 24), tail));
+        assert!(close(win.keys(5, 0, 24), full.keys(5, 0, 24)));
+        // A copy with more room keeps the windowed blocks.
+        let grown = win.with_capacity(64, 24);
+        assert_eq!(grown.layer_rows(0), 12);
+        assert_eq!(grown.keys(0, 0, 24), win.keys(0, 0, 24));
+        assert_eq!(grown.keys(5, 0, 24), win.keys(5, 0, 24));
+    }
+
+    #[test]
     fn rope_scale_raises_the_base_ntk_style_and_the_context() {
         let cfg = Config::smollm2_135m().with_rope_scale(4.0).expect("scale");
         let want = 100_000.0 * 4f64.powf(64.0 / 62.0);
@@ -449,5 +510,72 @@ mod tests {
             super::super::arch::GEMMA3_LOCAL_ROPE_BASE
         );
         assert!(g.layer(5).rope.base > 1e6);
+    }
+
+    #[test]
+    fn linear_scaling_divides_the_global_layers_positions_only() {
+        let g = Config::gemma3_270m()
+            .with_rope_scaling(RopeScaling::Linear(4.0))
+            .expect("linear");
+        assert_eq!(g.context_length, 4 * 32_768);
+        assert_eq!((g.layer(5).rope.base, g.layer(5).rope.linear), (1e6, 4.0));
+        assert_eq!(g.layer(0).rope.linear, 1.0);
+        // Position 4p of the scaled table rotates like position p of the trained one.
+        let (hd, n) = (8, 12);
+        let scaled = Rope::scaled(hd, 1e6, 4.0, 4 * n);
+        let trained = Rope::new(hd, 1e6, n);
+        let half = hd / 2;
+        for p in 0..n {
+            for i in 0..half {
+                let (a, b) = (
+                    scaled.tables().0[4 * p * half + i],
+                    trained.tables().0[p * half + i],
+                );
+                assert!((a - b).abs() < 1e-6, "cos at position {p}, pair {i}");
+            }
+        }
+        // A second scaling replaces the first: back to the file's base and context.
+        let back = Config::gemma3_270m()
+            .with_rope_scale(4.0)
+            .and_then(|c| c.with_rope_scaling(RopeScaling::Linear(2.0)))
+            .expect("rescale");
+        assert_eq!(back.rope_theta, 1e6);
+        assert_eq!(back.context_length, 2 * 32_768);
+        assert_eq!(back.trained_context(), 32_768);
+        // Two tables still: the local layers' and the scaled global one.
+        let m = tiny_gemma()
+            .with_rope_scaling(RopeScaling::Linear(2.0))
+            .expect("linear");
+        assert_eq!(m.ropes().tables().len(), 2);
+        assert_eq!(m.cfg.context_length, 128);
+    }
+
+    #[test]
+    fn rope_scaling_parses_prints_and_defaults_by_length() {
+        for s in ["none", "ntk:4", "linear:8", "linear:2.5"] {
+            let r: RopeScaling = s.parse().expect(s);
+            assert_eq!(r.to_string(), s);
+        }
+        for bad in [
+            "",
+            "ntk",
+            "linear:x",
+            "yarn:4",
+            "ntk:0.5",
+            "linear:100",
+            "ntk:NaN",
+        ] {
+            assert!(bad.parse::<RopeScaling>().is_err(), "{bad}");
+        }
+        let g = Config::gemma3_270m();
+        assert_eq!(g.default_rope_scaling(32_768), RopeScaling::None);
+        let long = super::super::config::LONG_CONTEXT_SCALING;
+        assert_eq!(g.default_rope_scaling(32_769), long(2.0));
+        assert_eq!(g.default_rope_scaling(65_536), long(2.0));
+        assert_eq!(g.default_rope_scaling(131_072), long(4.0));
+        assert_eq!(g.default_rope_scaling(131_073), long(8.0));
+        // Measured from the trained context, whatever scaling is in effect.
+        let scaled = g.with_rope_scale(4.0).expect("scale");
+        assert_eq!(scaled.default_rope_scaling(32_768), RopeScaling::None);
     }
 }

@@ -73,7 +73,7 @@ pub use arch::{Architecture, LayerSpec};
 pub use backend::{Backend, Heads, ModelDevice, Timings};
 pub use block::{Attention, Block, Mlp};
 pub use cache::KvCache;
-pub use config::Config;
+pub use config::{Config, RopeScaling};
 pub use cpu::CpuBackend;
 pub use cuda::CudaBackend;
 pub use error::{ModelError, Result};
@@ -246,10 +246,10 @@ impl Model {
         Self::load(&p, Some(sha256.unwrap_or(known.sha256)), device)
     }
 
-    /// The same model with NTK-aware RoPE scaling by `factor` ([`Config::with_rope_scale`]):
-    /// the RoPE tables are rebuilt and the context is `factor` times longer.
-    pub fn with_rope_scale(mut self, factor: f64) -> Result<Self> {
-        self.llama = self.llama.with_rope_scale(factor)?;
+    /// The same model with its RoPE scaled ([`Config::with_rope_scaling`]): the RoPE tables
+    /// are rebuilt and the context is the scaling's factor times the trained one.
+    pub fn with_rope_scaling(mut self, scaling: RopeScaling) -> Result<Self> {
+        self.llama = self.llama.with_rope_scaling(scaling)?;
         Ok(self)
     }
 }

@@ -53,13 +53,19 @@ pub struct Rope {
 
 impl Rope {
     pub fn new(head_dim: usize, theta: f64, max_pos: usize) -> Self {
+        Self::scaled(head_dim, theta, 1.0, max_pos)
+    }
+
+    /// [`Rope::new`] with positions divided by `linear` (linear scaling, position
+    /// interpolation; `Config::with_rope_scaling`).
+    pub fn scaled(head_dim: usize, theta: f64, linear: f64, max_pos: usize) -> Self {
         let half = head_dim / 2;
         let mut cos = Vec::with_capacity(max_pos * half);
         let mut sin = Vec::with_capacity(max_pos * half);
         for p in 0..max_pos {
             for i in 0..half {
                 let inv = theta.powf(-(2.0 * i as f64) / head_dim as f64);
-                let a = p as f64 * inv;
+                let a = p as f64 / linear * inv;
                 cos.push(a.cos() as f32);
                 sin.push(a.sin() as f32);
             }

@@ -24,3 +24,19 @@ pub fn gemma3_model() -> Option<PathBuf> {
     ));
     None
 }
+
+/// `texts/pg-essays.txt` (Paul Graham's essays, `scripts/get-text.sh`), or None after recording
+/// a skip where it is missing; under CI a missing file fails the test (CI fetches it first).
+// Each test crate compiles this module; only long_text.rs calls this.
+#[allow(dead_code)]
+pub fn pg_essays() -> Option<PathBuf> {
+    let path = root().join("texts/pg-essays.txt");
+    if path.is_file() {
+        return Some(path);
+    }
+    skip::skip_unless_ci(&format!(
+        "{} not found (scripts/get-text.sh)",
+        path.display()
+    ));
+    None
+}

@@ -117,7 +117,7 @@ pub fn generate(
             let key = format!("{}", 10000 + rng.below(90000));
             let inserts = vec![(depth, passkey::passkey_needle(&key))];
             let question = passkey::QUESTION.to_string();
-            let units = Haystack::Repeat.units();
+            let units = Haystack::Repeat.units()?;
             return assemble(
                 passkey::HEAD,
                 &units,
@@ -209,7 +209,7 @@ pub fn generate(
             (VT_HEAD.to_string(), inserts, q, vars)
         }
     };
-    let units = haystack.units();
+    let units = haystack.units()?;
     assemble(
         &head, &units, inserts, question, expected, depth, length, count,
     )

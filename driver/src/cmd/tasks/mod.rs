@@ -22,7 +22,7 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use qkindex::synth::Rng;
-use qkindex_driver::decode::{prefill, Latency};
+use qkindex_driver::decode::{prefill_with, Latency};
 use qkindex_driver::devices::Devices;
 use qkindex_driver::retrieval::{PolicyConfig, PolicyKind};
 
@@ -51,8 +51,11 @@ pub struct TasksArgs {
     pub trials: usize,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// The text the needles hide in: the bundled license texts or repeated filler sentences.
-    #[arg(long, value_enum, default_value = "essay")]
+    /// The text the needles hide in: Paul Graham's essays (`pg-essays`, NIAH's haystack,
+    /// fetched by scripts/get-text.sh when missing), the bundled license texts (`essay`, the
+    /// default before issue 44: about 20K Gemma 3 tokens, cycled past that) or repeated filler
+    /// sentences (`repeat`).
+    #[arg(long, value_enum, default_value = "pg-essays")]
     pub haystack: Haystack,
     /// Keys retrieved per query head beyond the static set; each retrieving policy runs once
     /// per budget (`full` and `static` once).
@@ -178,19 +181,21 @@ pub fn run(args: TasksArgs, devices: &Devices) -> anyhow::Result<()> {
                 .with_context(|| format!("length {length} under {}", s.label))?;
         }
     }
-    let m = args.model.load(devices)?;
-    let ctx_len = m.llama.cfg.context_length;
     let most = args
         .tasks
         .iter()
         .map(|t| t.answer_tokens())
         .max()
         .unwrap_or(0);
+    let m = args.model.load(devices)?;
+    let longest = args.lengths.iter().max().map_or(0, |&l| l + most);
+    let m = args.model.fit(m, longest)?;
+    let ctx_len = m.llama.cfg.context_length;
     for &length in &args.lengths {
         if length + most > ctx_len {
             anyhow::bail!(
                 "length {length} + {most} answer tokens exceed the model's context of {ctx_len} \
-                 (--rope-scale F raises it F times)"
+                 (--rope-scaling linear:F or ntk:F raises it F times)"
             );
         }
     }
@@ -224,7 +229,11 @@ pub fn run(args: TasksArgs, devices: &Devices) -> anyhow::Result<()> {
                         task.name()
                     );
                 }
-                let pre = prefill(&m.llama, &context, context.len(), needs_q)?;
+                let n = context.len();
+                let pre = prefill_with(&m.llama, &context, n, needs_q, |d| {
+                    bar.set_message(format!("{} @ {length}: prefill {d}/{n}", task.name()))
+                })?;
+                bar.set_message(format!("{} @ {length}", task.name()));
                 for (spec, acc) in specs.iter().zip(&mut accs) {
                     let (text, dec) =
                         ask(&m, &pre, &spec.cfg, &question, answer_tokens, devices.knn())

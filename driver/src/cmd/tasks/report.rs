@@ -118,10 +118,7 @@ impl Report {
                 s,
                 "\n### {length} tokens ({}, {} haystack, {} trials per task)\n",
                 self.model,
-                match self.haystack {
-                    Haystack::Essay => "essay",
-                    Haystack::Repeat => "repeat",
-                },
+                self.haystack.name(),
                 self.trials
             );
             let _ = writeln!(s, "| task | {} |", self.runs.join(" | "));

@@ -34,6 +34,21 @@ pub(super) fn build_rest(
         let stats = a.build_stats();
         let t = &BUILD_TALLY;
         t.attention.fetch_add(1, Ordering::Relaxed);
+        let us = |s: f64| (s * 1e6) as u64;
+        let far_s = stats.far_check.as_ref().map_or(0.0, |f| f.seconds);
+        let pool = stats.pooled_knn.as_ref();
+        for (slot, s) in [
+            (&t.total_us, stats.total_s),
+            (&t.knn_us, stats.knn_s),
+            (&t.pool_kmeans_us, pool.map_or(0.0, |p| p.kmeans_s)),
+            (&t.pool_pools_us, pool.map_or(0.0, |p| p.pools_s)),
+            (&t.pool_lists_us, pool.map_or(0.0, |p| p.lists_s)),
+            (&t.projection_us, stats.projection_s),
+            (&t.connectivity_us, stats.connectivity_s),
+            (&t.far_check_us, far_s),
+        ] {
+            slot.fetch_add(us(s), Ordering::Relaxed);
+        }
         if let Some(f) = &stats.far_check {
             eprintln!("layer {} KV head {}: {f}", prefill.layer, prefill.kv_head);
             t.far_checked.fetch_add(1, Ordering::Relaxed);
@@ -74,6 +89,20 @@ pub struct BuildTally {
     /// graph (`prune-check`) over the asked one's.
     pub prune_checked: u64,
     pub prune_kept_other: u64,
+    /// Microseconds of the builds' steps, summed over the builds (which run in parallel, so the
+    /// sums exceed the wall time): the whole build (`BuildStats::total_s`), the kNN of the
+    /// training lists and, with `knn-pool`, its parts (clustering the queries, each cluster's
+    /// pool, each query's list from its pool), the projection (candidates and pruning, reverse
+    /// edges, entry points), the connectivity repair, and the far check's second build and
+    /// check. What `total` has beyond these is the `auto-ef` calibration and bookkeeping.
+    pub total_us: u64,
+    pub knn_us: u64,
+    pub pool_kmeans_us: u64,
+    pub pool_pools_us: u64,
+    pub pool_lists_us: u64,
+    pub projection_us: u64,
+    pub connectivity_us: u64,
+    pub far_check_us: u64,
 }
 
 impl std::ops::Sub for BuildTally {
@@ -87,7 +116,46 @@ impl std::ops::Sub for BuildTally {
             auto_ef_raised: self.auto_ef_raised - b.auto_ef_raised,
             prune_checked: self.prune_checked - b.prune_checked,
             prune_kept_other: self.prune_kept_other - b.prune_kept_other,
+            total_us: self.total_us - b.total_us,
+            knn_us: self.knn_us - b.knn_us,
+            pool_kmeans_us: self.pool_kmeans_us - b.pool_kmeans_us,
+            pool_pools_us: self.pool_pools_us - b.pool_pools_us,
+            pool_lists_us: self.pool_lists_us - b.pool_lists_us,
+            projection_us: self.projection_us - b.projection_us,
+            connectivity_us: self.connectivity_us - b.connectivity_us,
+            far_check_us: self.far_check_us - b.far_check_us,
         }
+    }
+}
+
+impl BuildTally {
+    /// One line on where the builds' time went (None without `AttentionIndex` builds).
+    pub fn steps_line(&self) -> Option<String> {
+        if self.attention == 0 {
+            return None;
+        }
+        let s = |us: u64| us as f64 / 1e6;
+        let pool = match self.pool_kmeans_us + self.pool_pools_us + self.pool_lists_us {
+            0 => String::new(),
+            _ => format!(
+                " (knn-pool: cluster {:.1} + pools {:.1} + lists {:.1})",
+                s(self.pool_kmeans_us),
+                s(self.pool_pools_us),
+                s(self.pool_lists_us)
+            ),
+        };
+        let parts = self.knn_us + self.projection_us + self.connectivity_us + self.far_check_us;
+        Some(format!(
+            "build steps, seconds summed over {} builds: knn {:.1}{pool} + projection and prune \
+             {:.1} + connectivity repair {:.1} + far check {:.1} + auto-ef and the rest {:.1} = {:.1}",
+            self.attention,
+            s(self.knn_us),
+            s(self.projection_us),
+            s(self.connectivity_us),
+            s(self.far_check_us),
+            s(self.total_us.saturating_sub(parts)),
+            s(self.total_us)
+        ))
     }
 }
 
@@ -99,6 +167,14 @@ struct AtomicTally {
     auto_ef_raised: AtomicU64,
     prune_checked: AtomicU64,
     prune_kept_other: AtomicU64,
+    total_us: AtomicU64,
+    knn_us: AtomicU64,
+    pool_kmeans_us: AtomicU64,
+    pool_pools_us: AtomicU64,
+    pool_lists_us: AtomicU64,
+    projection_us: AtomicU64,
+    connectivity_us: AtomicU64,
+    far_check_us: AtomicU64,
 }
 
 static BUILD_TALLY: AtomicTally = AtomicTally {
@@ -109,6 +185,14 @@ static BUILD_TALLY: AtomicTally = AtomicTally {
     auto_ef_raised: AtomicU64::new(0),
     prune_checked: AtomicU64::new(0),
     prune_kept_other: AtomicU64::new(0),
+    total_us: AtomicU64::new(0),
+    knn_us: AtomicU64::new(0),
+    pool_kmeans_us: AtomicU64::new(0),
+    pool_pools_us: AtomicU64::new(0),
+    pool_lists_us: AtomicU64::new(0),
+    projection_us: AtomicU64::new(0),
+    connectivity_us: AtomicU64::new(0),
+    far_check_us: AtomicU64::new(0),
 };
 
 /// The counts so far in this process; the difference of two snapshots covers the builds between
@@ -123,6 +207,14 @@ pub fn build_tally() -> BuildTally {
         auto_ef_raised: t.auto_ef_raised.load(Ordering::Relaxed),
         prune_checked: t.prune_checked.load(Ordering::Relaxed),
         prune_kept_other: t.prune_kept_other.load(Ordering::Relaxed),
+        total_us: t.total_us.load(Ordering::Relaxed),
+        knn_us: t.knn_us.load(Ordering::Relaxed),
+        pool_kmeans_us: t.pool_kmeans_us.load(Ordering::Relaxed),
+        pool_pools_us: t.pool_pools_us.load(Ordering::Relaxed),
+        pool_lists_us: t.pool_lists_us.load(Ordering::Relaxed),
+        projection_us: t.projection_us.load(Ordering::Relaxed),
+        connectivity_us: t.connectivity_us.load(Ordering::Relaxed),
+        far_check_us: t.far_check_us.load(Ordering::Relaxed),
     }
 }
 
