@@ -7,7 +7,7 @@
 //!  7 attention flat hnsw ivf vamana retopk   the kinds, each with its file sections
 //!  6 file                                the file format's blocks (header, reader, writer, Persist)
 //!  5 graph                               CSR, beam search, prune / reach / repair
-//!  4 codes knn                           key codes; exact kNN backends
+//!  4 codes knn many                      key codes; exact kNN backends; many indexes searched at once
 //!  3 search cluster dump                 the search interface; k-means; the dump layout
 //!  2 store scratch eval                  keys and buffers; scratch; metrics
 //!  1 cancel metric npy synth             leaves over the error type
@@ -32,6 +32,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("search", 3),
     ("cluster", 3),
     ("dump", 3),
+    ("many", 4),
     ("codes", 4),
     ("knn", 4),
     ("graph", 5),
