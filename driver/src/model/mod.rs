@@ -183,6 +183,26 @@ impl Model {
     /// [`Devices::model_device`](crate::devices::Devices::model_device)). With `expect_sha256`,
     /// the file's checksum is verified first.
     pub fn load(path: &Path, expect_sha256: Option<&str>, device: ModelDevice) -> Result<Self> {
+        Self::load_weights(path, expect_sha256, device, weights::Weights::from_gguf)
+    }
+
+    /// [`Model::load`] with every matrix dequantized to f32 (no 8-bit activations in decode
+    /// steps, whatever `QKINDEX_F32_WEIGHTS` says): the exact reference path. The integer
+    /// kernels round each activation to 8 bits, so a perturbation of 1e-6 in one layer's
+    /// attention output can flip codes and move the logits by as much as the rounding itself
+    /// (~0.5 on SmolLM2); comparisons of attention policies that must agree to 1e-3 use this.
+    pub fn load_f32(path: &Path, device: ModelDevice) -> Result<Self> {
+        Self::load_weights(path, None, device, |g, cfg| {
+            weights::Weights::read(g, cfg, false)
+        })
+    }
+
+    fn load_weights(
+        path: &Path,
+        expect_sha256: Option<&str>,
+        device: ModelDevice,
+        read: impl FnOnce(&gguf::GgufFile, &Config) -> Result<weights::Weights>,
+    ) -> Result<Self> {
         if !path.is_file() {
             return Err(ModelError::ModelNotFound {
                 path: path.to_path_buf(),
@@ -210,7 +230,7 @@ impl Model {
                 ),
             });
         }
-        let w = weights::Weights::from_gguf(&g, &cfg)?;
+        let w = read(&g, &cfg)?;
         let name = g
             .meta_str("general.name")
             .map(str::to_owned)
