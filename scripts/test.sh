@@ -52,13 +52,13 @@ if [ -z "${QKINDEX_SHARED_DATA:-}" ]; then
     echo "== QKINDEX_SHARED_DATA unset: the tests on data outside the repository skip (listed at the end)"
 fi
 
-echo "== Python: .venv with maturin, numpy, pytest, matplotlib, and NVRTC (to compile the CUDA kernels)"
+echo "== Python: .venv with maturin, numpy, pytest, matplotlib, NVRTC (to compile the CUDA kernels) and ray (qkindex.distributed)"
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet "maturin>=1.9,<2" "numpy>=1.21" pytest matplotlib \
-    "nvidia-cuda-nvrtc>=13,<14"
+    "nvidia-cuda-nvrtc>=13,<14" "ray>=2.9"
 # qkindex[hf] and what its tests and the notebook use: torch (PyPI's build, which runs on the
 # CPU; about 3 GB the first time), transformers + gguf + accelerate (GGUF models), ml_dtypes
 # (bfloat16 arrays), nbclient + ipykernel (the notebook, headless). QKINDEX_SKIP_TORCH=1 skips

@@ -1,0 +1,833 @@
+"""qkindex.distributed: one head's keys sharded by position over Ray actors (``pip install
+qkindex[ray]``). The query moves, the cache stays (vLLM's decode context parallelism; arXiv
+2606.01502): each decode query is sent to every shard, and the shards' answers are merged exactly.
+
+::
+
+     client                                   Ray actors (one per shard and replica)
+     ------                                   ------------------------------------------
+     queries --ray.put--> ref ──fan out──►   shard 0: keys[0:n0]     index  (+ values)
+                                 ├──────►   shard 1: keys[n0:n1]    index  (+ values)
+                                 └──────►   shard S-1: keys[..:n]    index  (+ values)
+     search: (ids + offset, scores) per shard ──► exact top-k of the S·k candidates
+     attend: (o, m, l) per shard over its own top-k ──► log-sum-exp merge
+
+Why the merges are exact:
+
+- ``search``: every key of the global top-k is in its own shard's top-k (a shard's k best
+  include every key of that shard that beats the global k-th), so the top-k of the union of the
+  shards' top-k lists is the global top-k. With flat (exact) shards the answer equals a flat
+  index over the whole head; with graph shards each shard's recall is the single index's at the
+  shard's size.
+- ``attend``: shard ``s`` attends its own top-k ``R_s`` and returns the online-softmax triple
+  ``m_s = max_j z_j``, ``l_s = sum_j exp(z_j - m_s)``, ``o_s = sum_j exp(z_j - m_s) v_j / l_s``
+  with ``z_j = scale * q.k_j`` (float64); the client takes ``m = max_s m_s``,
+  ``w_s = l_s exp(m_s - m)``, ``o = sum_s w_s o_s / sum_s w_s`` (DESIGN.md §2, §7). That is
+  softmax attention over the union of the ``R_s`` (``S·k`` keys, a superset of the global
+  top-k) with no error beyond rounding.
+
+The shard's keys and values stay where the shard lives: ``values`` are placed with the keys
+(``ShardedIndex.build(..., values=v)``), not sent with each call as the issue's sketch
+``attend(queries, k, values)`` had it, since moving the values per step is what context
+parallelism avoids.
+
+Faults: each shard actor is created with ``max_restarts`` and its calls with
+``max_task_retries``, so a killed worker is restarted by Ray (rebuilding its index from the same
+object-store keys, or reopening its ``.qki`` file) and the call in flight is retried. Inserts
+since the shard's creation are kept client-side as numbered chunks in the object store: a
+restarted shard reports fewer keys than the client expects and the client replays them before it
+answers, so the answer is the same. A shard whose every replica is gone for good raises
+:class:`ShardLostError`; no call returns a partial answer.
+
+Whole dumps: :func:`build_dump` builds every (layer, KV head, shard) index as one Ray task each
+(retried where a worker dies), writing ``.qki`` files and a ``manifest.json`` (or keeping the
+files' bytes as object refs), and :meth:`ShardedIndex.open` maps them on the actors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+import qkindex
+
+try:
+    import ray
+    from ray.exceptions import ActorUnavailableError, RayActorError
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        f"qkindex.distributed needs Ray ({e}): pip install 'qkindex[ray]' (or pip install ray)"
+    ) from e
+
+__all__ = [
+    "ShardLostError",
+    "ShardedIndex",
+    "ShardedResult",
+    "ShardedAttention",
+    "DumpBuild",
+    "build_dump",
+    "merge_topk",
+    "merge_attention",
+]
+
+MANIFEST_FORMAT = "qkindex-shards/1"
+# Kinds whose indexes take inserts (``insert`` on the Python class).
+_INSERTABLE = (qkindex.AttentionIndex, qkindex.FlatIndex)
+
+
+class ShardLostError(RuntimeError):
+    """A shard whose every replica died beyond Ray's restarts: its keys are unreachable, so no
+    answer is given (a partial top-k or attention would be silently wrong)."""
+
+    def __init__(self, shard: int, lo: int, hi: int, cause: BaseException):
+        self.shard, self.lo, self.hi, self.cause = shard, lo, hi, cause
+        super().__init__(
+            f"shard {shard} (keys {lo}..{hi}) is lost: every replica died and Ray will not "
+            f"restart it ({type(cause).__name__}: {cause}); no partial answer is returned"
+        )
+
+
+@dataclass
+class ShardedResult:
+    """Merged ``search`` results: ``ids`` int64 and ``scores`` float32 ``[b, k]`` (``[k]`` for a
+    1-D query; ids are global positions, best first, ``-1``/``-inf`` padding only where the
+    shards together found fewer than k), ``distance_computations`` int64 ``[b]`` (summed over
+    shards), and ``timing`` (seconds: ``total``, ``merge``, ``shards`` — each shard's own search
+    time inside its actor; ``total - max(shards) - merge`` is the fan-out cost)."""
+
+    ids: np.ndarray
+    scores: np.ndarray
+    distance_computations: np.ndarray
+    timing: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ShardedAttention:
+    """Merged ``attend`` results: ``output`` float32 ``[b, dv]`` (``[dv]`` for a 1-D query), the
+    merged log-sum-exp parts ``max`` and ``sum`` float64 ``[b]`` (softmax over the keys attended:
+    ``sum = sum_j exp(z_j - max)``), ``ids`` int64 ``[b, S·k]`` (the keys each shard attended,
+    global, ``-1`` padded), and ``timing`` as in :class:`ShardedResult`."""
+
+    output: np.ndarray
+    max: np.ndarray
+    sum: np.ndarray
+    ids: np.ndarray
+    timing: Dict[str, Any] = field(default_factory=dict)
+
+
+# --- the pure merges (no Ray): used by the client, tested on their own -------------------------
+
+
+def merge_topk(
+    ids: Sequence[np.ndarray], scores: Sequence[np.ndarray], k: int
+) -> Tuple[np.ndarray, np.ndarray]:
+    """The exact top-k of the shards' lists: ``ids[s]``/``scores[s]`` are ``[b, k_s]`` (global
+    ids, ``-1``/``-inf`` padding allowed). Returns ``[b, k]`` int64 and float32, best first; ties
+    go to the lower shard (earlier positions), then to the shard's own order."""
+    all_ids = np.concatenate([np.asarray(i, np.int64) for i in ids], axis=1)
+    all_scores = np.concatenate([np.asarray(s, np.float32) for s in scores], axis=1)
+    b, width = all_ids.shape
+    if width < k:
+        pad = k - width
+        all_ids = np.concatenate([all_ids, np.full((b, pad), -1, np.int64)], axis=1)
+        all_scores = np.concatenate([all_scores, np.full((b, pad), -np.inf, np.float32)], axis=1)
+    masked = np.where(all_ids >= 0, all_scores, -np.inf)
+    order = np.argsort(-masked, axis=1, kind="stable")[:, :k]
+    out_ids = np.take_along_axis(all_ids, order, axis=1)
+    out_scores = np.take_along_axis(masked, order, axis=1).astype(np.float32)
+    out_ids[~np.isfinite(out_scores)] = -1
+    return out_ids, out_scores
+
+
+def merge_attention(
+    outputs: Sequence[np.ndarray], maxes: Sequence[np.ndarray], sums: Sequence[np.ndarray]
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exact log-sum-exp merge of partial attentions: ``outputs[s]`` ``[b, dv]`` (normalized
+    within the part), ``maxes[s]`` and ``sums[s]`` ``[b]`` (a part with no keys has ``max = -inf``,
+    ``sum = 0``). Returns ``(output [b, dv], max [b], sum [b])`` in float64."""
+    o = np.stack([np.asarray(x, np.float64) for x in outputs])  # [S, b, dv]
+    m = np.stack([np.asarray(x, np.float64) for x in maxes])  # [S, b]
+    l = np.stack([np.asarray(x, np.float64) for x in sums])  # [S, b]
+    top = m.max(axis=0)  # [b]
+    if not np.isfinite(top).all():
+        row = int(np.flatnonzero(~np.isfinite(top))[0])
+        raise ValueError(f"merge_attention: query {row} attended no key in any shard")
+    w = np.where(l > 0, l * np.exp(m - top[None, :]), 0.0)  # [S, b]
+    total = w.sum(axis=0)
+    out = np.einsum("sb,sbd->bd", w, np.nan_to_num(o)) / total[:, None]
+    return out, top, total
+
+
+def _partial_attention(z: np.ndarray, valid: np.ndarray, v: np.ndarray):
+    """One part's (o, m, l) from logits ``z`` ``[b, k]`` float64, a mask of the valid entries and
+    the gathered values ``v`` ``[b, k, dv]``."""
+    z = np.where(valid, z, -np.inf)
+    m = z.max(axis=1)
+    safe_m = np.where(np.isfinite(m), m, 0.0)
+    p = np.where(valid, np.exp(z - safe_m[:, None]), 0.0)
+    l = p.sum(axis=1)
+    o = np.einsum("bk,bkd->bd", p, v)
+    o = np.divide(o, l[:, None], out=np.zeros_like(o), where=l[:, None] > 0)
+    return o, m, l
+
+
+# --- the shard actor --------------------------------------------------------------------------
+
+
+@dataclass
+class _Stale:
+    """A shard that holds fewer inserted chunks than the client sent (it was restarted)."""
+
+    applied: int
+
+
+class _Shard:
+    """One position shard: keys ``[lo, lo + n)`` of the head, its index, and optionally its
+    values (``[n, dv]``) and keys (kept for exact float64 re-scoring in ``attend``)."""
+
+    def __init__(self, source: Dict[str, Any], offset: int, values=None, keys_for_attend=None):
+        self.offset = offset
+        self.applied = 0  # insert chunks applied since creation
+        # Refs nested in a dict are not resolved by Ray (only top-level arguments are).
+        source = {k: ray.get(v) if isinstance(v, ray.ObjectRef) else v for k, v in source.items()}
+        kind = source["from"]
+        if kind == "build":
+            self.index = qkindex.build(
+                source["spec"], source["keys"], source.get("train_queries"), **source["options"]
+            )
+        elif kind == "file":
+            self.index = qkindex.load(source["path"], mmap=source.get("mmap", True))
+        elif kind == "bytes":
+            fd, path = tempfile.mkstemp(suffix=".qki")
+            with os.fdopen(fd, "wb") as f:
+                f.write(source["data"])
+            try:
+                self.index = qkindex.load(path, mmap=False)
+            finally:
+                os.unlink(path)
+        else:
+            raise ValueError(f"unknown shard source {kind!r}")
+        self.values = None if values is None else np.array(values, np.float32)
+        self.keys = None if keys_for_attend is None else np.array(keys_for_attend, np.float32)
+
+    def info(self) -> Dict[str, Any]:
+        return {
+            "len": len(self.index),
+            "dim": self.index.dim,
+            "kind": type(self.index).__name__,
+            "pid": os.getpid(),
+            "node": ray.get_runtime_context().get_node_id(),
+            "applied": self.applied,
+        }
+
+    def insert(self, seq: int, keys: np.ndarray, values: Optional[np.ndarray]):
+        if seq != self.applied:
+            return _Stale(self.applied)
+        for row in keys:
+            self.index.insert(row)
+        if values is not None:
+            self.values = np.concatenate([self.values, np.asarray(values, np.float32)])
+        if self.keys is not None:
+            self.keys = np.concatenate([self.keys, np.asarray(keys, np.float32)])
+        self.applied += 1
+        return len(self.index)
+
+    def search(self, queries: np.ndarray, k: int, params: Dict[str, Any], n_expected: int):
+        n = len(self.index)
+        if n < n_expected:
+            return _Stale(self.applied)
+        t0 = time.perf_counter()
+        res = self.index.search(queries, k=min(k, n), **params)
+        ids = res.ids.copy()
+        ids[ids >= 0] += self.offset
+        return ids, res.scores, res.distance_computations, time.perf_counter() - t0
+
+    def attend(
+        self, queries: np.ndarray, k: int, params: Dict[str, Any], scale: float, n_expected: int
+    ):
+        n = len(self.index)
+        if n < n_expected:
+            return _Stale(self.applied)
+        if self.values is None:
+            raise ValueError("this shard holds no values: place them with values= to attend")
+        t0 = time.perf_counter()
+        res = self.index.search(queries, k=min(k, n), **params)
+        valid = res.ids >= 0
+        local = np.where(valid, res.ids, 0)
+        if self.keys is not None:
+            # Exact float64 logits from the shard's own keys (the index's scores are float32).
+            q = np.asarray(queries, np.float64)
+            z = np.einsum("bd,bkd->bk", q, self.keys[local].astype(np.float64)) * scale
+        else:
+            z = res.scores.astype(np.float64) * scale
+        o, m, l = _partial_attention(z, valid, self.values[local].astype(np.float64))
+        ids = np.where(valid, res.ids + self.offset, -1)
+        return o, m, l, ids, res.distance_computations, time.perf_counter() - t0
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+# --- the client -------------------------------------------------------------------------------
+
+
+@dataclass
+class _ShardRecord:
+    lo: int  # first global position
+    n: int  # keys it holds (client's count, inserts included)
+    replicas: List[Any]  # actor handles; dead ones are removed
+    chunks: List[Tuple[Any, Any]] = field(default_factory=list)  # (keys ref, values ref) inserts
+    # The object refs of the actors' constructor arguments, held here so that a restart (which
+    # runs the constructor again) finds them (ray-project/ray#53727).
+    pinned: Tuple[Any, ...] = ()
+    lost: Optional[BaseException] = None  # why the last replica died
+
+
+def _as_rows(name: str, x, dim: Optional[int] = None, allow_1d: bool = False) -> np.ndarray:
+    """Validates a float16/float32 ``[n, dim]`` array (``[dim]`` where ``allow_1d``)."""
+    a = np.asarray(x)
+    if a.dtype not in (np.float16, np.float32):
+        raise TypeError(f"{name}: expected float16 or float32, got {a.dtype} (no silent casts)")
+    if a.ndim == 1 and allow_1d:
+        a = a[None, :]
+    if a.ndim != 2 or (dim is not None and a.shape[1] != dim):
+        want = f"[n, {dim}]" if dim is not None else "[n, d]"
+        raise ValueError(f"{name}: expected shape {want}, got {list(np.shape(x))}")
+    finite = np.isfinite(a).all(axis=1)
+    if not finite.all():
+        raise ValueError(f"{name}: row {int(np.flatnonzero(~finite)[0])} is not finite (NaN or inf)")
+    return np.ascontiguousarray(a)
+
+
+def _split_bounds(n: int, shards: int) -> List[Tuple[int, int]]:
+    edges = np.linspace(0, n, shards + 1).round().astype(int)
+    return [(int(edges[i]), int(edges[i + 1])) for i in range(shards)]
+
+
+class ShardedIndex:
+    """One head's keys in S position shards on Ray actors (see the module doc).
+
+    Make one with :meth:`build` (each actor builds its shard's index from its keys and the
+    training queries) or :meth:`open` (each actor maps a ``.qki`` file from shared storage, or
+    loads the bytes a :func:`build_dump` kept as an object ref). ``ray.init`` must have been
+    called (a local or cluster address)."""
+
+    def __init__(
+        self,
+        records: List[_ShardRecord],
+        *,
+        dim: int,
+        spec: str,
+        kind: str,
+        train_ref=None,
+        options: Optional[Dict[str, Any]] = None,
+        capacity: Optional[int] = None,
+        has_values: bool = False,
+        keep_keys: bool = False,
+        actor_options: Optional[Dict[str, Any]] = None,
+        replicas: int = 1,
+    ):
+        self._shards = records
+        self.dim = dim
+        self.spec = spec
+        self.kind = kind
+        self._train_ref = train_ref
+        self._options = dict(options or {})
+        self.capacity = capacity
+        self.has_values = has_values
+        self._keep_keys = keep_keys
+        self._actor_options = dict(actor_options or {})
+        self.replicas = replicas
+
+    # -- construction --------------------------------------------------------------------------
+
+    @staticmethod
+    def _actor_cls(actor_options: Dict[str, Any]):
+        opts = {"max_restarts": 3, "max_task_retries": 3, "scheduling_strategy": "SPREAD"}
+        opts.update(actor_options)
+        return ray.remote(**opts)(_Shard)
+
+    @classmethod
+    def _place(cls, sources, offsets, values_refs, keys_refs, replicas, actor_options):
+        actor = cls._actor_cls(actor_options)
+        handles = []
+        for s, src in enumerate(sources):
+            handles.append(
+                [
+                    actor.remote(src, offsets[s], values_refs[s], keys_refs[s])
+                    for _ in range(replicas)
+                ]
+            )
+        # Wait for every actor to finish building (or opening) before the first call, so that
+        # build errors surface here, with the shard named.
+        infos = []
+        for s, hs in enumerate(handles):
+            try:
+                infos.append(ray.get([h.info.remote() for h in hs]))
+            except RayActorError as e:
+                lo = offsets[s]
+                raise RuntimeError(f"shard {s} (from key {lo}) failed to start: {e}") from e
+        return handles, infos
+
+    @classmethod
+    def build(
+        cls,
+        spec: str,
+        keys,
+        train_queries=None,
+        *,
+        shards: int = 2,
+        values=None,
+        capacity: Optional[int] = None,
+        replicas: int = 1,
+        actor_options: Optional[Dict[str, Any]] = None,
+        **options: Any,
+    ) -> "ShardedIndex":
+        """Splits ``keys`` (``[n, d]`` float16/float32, positions ``0..n``) into ``shards``
+        contiguous position ranges and starts one actor per shard and replica, which builds
+        ``qkindex.build(spec, its keys, train_queries, **options)``. ``values`` (``[n, dv]``) go
+        with the keys for :meth:`attend`. ``capacity`` is the most keys a shard takes before an
+        insert opens a new one (default: twice the largest initial shard). ``actor_options`` are
+        passed to ``ray.remote`` (``num_cpus``, ``runtime_env``, ``max_restarts``, ...)."""
+        if shards < 1 or replicas < 1:
+            raise ValueError(f"shards and replicas must be >= 1, got {shards} and {replicas}")
+        keys = _as_rows("keys", keys)
+        n, d = keys.shape
+        if n < shards:
+            raise ValueError(f"keys: {n} keys cannot fill {shards} shards")
+        train = None
+        if train_queries is not None:
+            train = _as_rows("train_queries", train_queries, d)
+        if values is not None:
+            values = np.asarray(values)
+            if values.ndim != 2 or values.shape[0] != n:
+                raise ValueError(f"values: expected shape [{n}, dv], got {list(values.shape)}")
+        bounds = _split_bounds(n, shards)
+        train_ref = ray.put(train) if train is not None else None
+        sources, values_refs, keys_refs = [], [], []
+        for lo, hi in bounds:
+            kref = ray.put(keys[lo:hi])
+            sources.append(
+                {"from": "build", "spec": spec, "keys": kref, "train_queries": train_ref,
+                 "options": options}
+            )
+            values_refs.append(ray.put(values[lo:hi]) if values is not None else None)
+            keys_refs.append(kref if values is not None else None)
+        offsets = [lo for lo, _ in bounds]
+        handles, infos = cls._place(sources, offsets, values_refs, keys_refs, replicas,
+                                    dict(actor_options or {}))
+        records = [_ShardRecord(lo, hi - lo, hs, pinned=(src, v, k))
+                   for (lo, hi), hs, src, v, k in zip(bounds, handles, sources, values_refs,
+                                                     keys_refs)]
+        largest = max(hi - lo for lo, hi in bounds)
+        return cls(
+            records, dim=d, spec=spec, kind=infos[0][0]["kind"], train_ref=train_ref,
+            options=options, capacity=capacity if capacity is not None else 2 * largest,
+            has_values=values is not None, keep_keys=values is not None,
+            actor_options=actor_options, replicas=replicas,
+        )
+
+    @classmethod
+    def open(
+        cls,
+        sources: Union[str, os.PathLike, Sequence[Any]],
+        *,
+        layer: Optional[int] = None,
+        kv_head: Optional[int] = None,
+        values=None,
+        keys=None,
+        replicas: int = 1,
+        mmap: bool = True,
+        actor_options: Optional[Dict[str, Any]] = None,
+    ) -> "ShardedIndex":
+        """Places already built shards: a :func:`build_dump` output directory (with ``layer`` and
+        ``kv_head``), a :class:`DumpBuild` (the same), or a list of ``.qki`` paths or of
+        object refs holding a file's bytes, in position order. Each actor maps its file
+        (``mmap``) from storage every node sees. ``values`` (``[n, dv]``) enable :meth:`attend`;
+        with ``keys`` too its logits are re-scored in float64, else they are the index's float32
+        scores. Inserts are not taken (the build's training queries are not at hand)."""
+        if isinstance(sources, DumpBuild):
+            sources = sources.shards(layer, kv_head)
+        elif isinstance(sources, (str, os.PathLike)):
+            sources = DumpBuild.read(sources).shards(layer, kv_head)
+        srcs = []
+        for s in sources:
+            if isinstance(s, ray.ObjectRef):
+                srcs.append({"from": "bytes", "data": s})
+            else:
+                srcs.append({"from": "file", "path": str(s), "mmap": mmap})
+        # Lengths come from the actors; offsets need them, so open, then set the offsets.
+        actor = cls._actor_cls(dict(actor_options or {}))
+        probe = [actor.options(max_restarts=0).remote(src, 0) for src in srcs]
+        probed = ray.get([p.info.remote() for p in probe])
+        lens = [info["len"] for info in probed]
+        dims = {info["dim"] for info in probed}
+        for p in probe:
+            ray.kill(p)
+        if len(dims) != 1:
+            raise ValueError(f"shards of different head dims {sorted(dims)}")
+        offsets = list(np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(int))
+        n = int(sum(lens))
+        values_refs, keys_refs = [None] * len(srcs), [None] * len(srcs)
+        if values is not None:
+            values = np.asarray(values)
+            if values.ndim != 2 or values.shape[0] != n:
+                raise ValueError(f"values: expected shape [{n}, dv], got {list(values.shape)}")
+            values_refs = [ray.put(values[o:o + m]) for o, m in zip(offsets, lens)]
+            if keys is not None:
+                keys = _as_rows("keys", keys, next(iter(dims)))
+                keys_refs = [ray.put(keys[o:o + m]) for o, m in zip(offsets, lens)]
+        handles, infos = cls._place(srcs, [int(o) for o in offsets], values_refs, keys_refs,
+                                    replicas, dict(actor_options or {}))
+        records = [_ShardRecord(int(o), m, hs, pinned=(src, v, k))
+                   for o, m, hs, src, v, k in zip(offsets, lens, handles, srcs, values_refs,
+                                                  keys_refs)]
+        return cls(
+            records, dim=infos[0][0]["dim"], spec="(files)", kind=infos[0][0]["kind"],
+            capacity=None, has_values=values is not None, keep_keys=keys is not None,
+            actor_options=actor_options, replicas=replicas,
+        )
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return sum(r.n for r in self._shards)
+
+    @property
+    def num_shards(self) -> int:
+        return len(self._shards)
+
+    @property
+    def bounds(self) -> List[Tuple[int, int]]:
+        """Each shard's global position range ``[lo, hi)``."""
+        return [(r.lo, r.lo + r.n) for r in self._shards]
+
+    def info(self) -> List[List[Dict[str, Any]]]:
+        """Per shard, per replica: ``len``, ``dim``, ``kind``, ``pid``, ``node``."""
+        return [self._call(s, "info") for s in range(self.num_shards)]
+
+    def _check_queries(self, queries, k: int):
+        q = _as_rows("queries", queries, self.dim, allow_1d=True)
+        one = np.ndim(queries) == 1
+        n = len(self)
+        if k < 1 or k > n:
+            raise ValueError(f"k: expected 1 <= k <= {n} (the keys of all shards), got {k}")
+        return q, one
+
+    def _fan_out(self, method: str, *args):
+        """Calls ``method(*args, n_expected)`` on one live replica of every shard at once (all
+        submitted before any is awaited), then collects the answers in shard order."""
+        subs = []
+        for s, rec in enumerate(self._shards):
+            if not rec.replicas:
+                raise ShardLostError(s, rec.lo, rec.lo + rec.n, rec.lost)
+            h = rec.replicas[0]
+            subs.append((h, getattr(h, method).remote(*args, rec.n)))
+        return [self._resolve(s, h, ref, method, args, True) for s, (h, ref) in enumerate(subs)]
+
+    def _resolve(self, s: int, handle, ref, method: str, args, expect: bool, attempts: int = 4):
+        """Waits for one shard's answer. A replica that died for good is dropped and the call goes
+        to the next (none left: :class:`ShardLostError`); a replica that restarted without the
+        inserts it had (it answers :class:`_Stale`) is caught up, then asked again."""
+        rec = self._shards[s]
+        for _ in range(attempts):
+            try:
+                res = ray.get(ref)
+            except ActorUnavailableError:
+                # Restarting: Ray retries calls itself; this only shows when retries ran out.
+                time.sleep(0.5)
+            except RayActorError as e:
+                if handle in rec.replicas:
+                    rec.replicas.remove(handle)
+                if not rec.replicas:
+                    rec.lost = e
+                    raise ShardLostError(s, rec.lo, rec.lo + rec.n, e) from e
+                handle = rec.replicas[0]
+            else:
+                if not isinstance(res, _Stale):
+                    return res
+                self._replay(s, handle, res.applied)
+                if method == "insert":  # the replay included this chunk
+                    return rec.n
+            call = list(args) + ([rec.n] if expect else [])
+            ref = getattr(handle, method).remote(*call)
+        raise ShardLostError(s, rec.lo, rec.lo + rec.n,
+                             RuntimeError(f"no consistent answer after {attempts} attempts"))
+
+    def _replay(self, s: int, handle, applied: int):
+        """Sends a restarted replica the insert chunks from ``applied`` on."""
+        rec = self._shards[s]
+        for seq in range(applied, len(rec.chunks)):
+            kref, vref = rec.chunks[seq]
+            res = ray.get(handle.insert.remote(seq, kref, vref))
+            if isinstance(res, _Stale):
+                raise RuntimeError(f"shard {s}: replaying insert {seq} found the shard at "
+                                   f"{res.applied} chunks")
+
+    def _call(self, s: int, method: str, *args):
+        """``method(*args)`` on every live replica of shard ``s``."""
+        rec = self._shards[s]
+        if not rec.replicas:
+            raise ShardLostError(s, rec.lo, rec.lo + rec.n, rec.lost)
+        return [self._resolve(s, h, getattr(h, method).remote(*args), method, args, False)
+                for h in list(self._shards[s].replicas)]
+
+    def search(self, queries, k: int = 100, **params: Any) -> ShardedResult:
+        """The exact top-k over all shards of each shard's top-k (``min(k, shard size)``);
+        ``params`` are the shard kind's search parameters (``ef``, ``nprobe``, ``beam``)."""
+        t0 = time.perf_counter()
+        q, one = self._check_queries(queries, k)
+        qref = ray.put(q)
+        parts = self._fan_out("search", qref, k, params)
+        t1 = time.perf_counter()
+        ids, scores = merge_topk([p[0] for p in parts], [p[1] for p in parts], k)
+        dc = np.sum([np.asarray(p[2], np.int64) for p in parts], axis=0)
+        t2 = time.perf_counter()
+        timing = {"total": t2 - t0, "merge": t2 - t1, "shards": [p[3] for p in parts]}
+        if one:
+            return ShardedResult(ids[0], scores[0], dc[0], timing)
+        return ShardedResult(ids, scores, dc, timing)
+
+    def attend(self, queries, k: int = 100, *, scale: Optional[float] = None,
+               **params: Any) -> ShardedAttention:
+        """Softmax attention (``scale`` default ``1/sqrt(d)``) of each query over the union of
+        the shards' own top-k keys, merged exactly from the shards' (o, m, l) parts."""
+        if not self.has_values:
+            raise ValueError("attend needs values: place them with ShardedIndex.build(values=...)")
+        t0 = time.perf_counter()
+        q, one = self._check_queries(queries, k)
+        scale = 1.0 / math.sqrt(self.dim) if scale is None else float(scale)
+        qref = ray.put(q)
+        parts = self._fan_out("attend", qref, k, params, scale)
+        t1 = time.perf_counter()
+        out, m, l = merge_attention([p[0] for p in parts], [p[1] for p in parts],
+                                    [p[2] for p in parts])
+        ids = np.concatenate([p[3] for p in parts], axis=1)
+        t2 = time.perf_counter()
+        timing = {"total": t2 - t0, "merge": t2 - t1, "shards": [p[5] for p in parts]}
+        out = out.astype(np.float32)
+        if one:
+            return ShardedAttention(out[0], m[0], l[0], ids[0], timing)
+        return ShardedAttention(out, m, l, ids, timing)
+
+    # -- inserts -------------------------------------------------------------------------------
+
+    def insert(self, keys, values=None) -> np.ndarray:
+        """Appends keys (``[m, d]`` or one ``[d]``) at the next positions: into the last shard
+        until it holds ``capacity`` keys, then into a new shard (a new actor building ``spec``
+        over the overflow, with the same training queries). Returns their global ids."""
+        if self.capacity is None:
+            raise TypeError("this ShardedIndex was opened from files: it takes no inserts")
+        if self.kind not in {c.__name__ for c in _INSERTABLE}:
+            raise TypeError(f"{self.kind} takes no inserts (AttentionIndex and FlatIndex do)")
+        rows = _as_rows("keys", keys, self.dim, allow_1d=True)
+        if self.has_values:
+            if values is None:
+                raise ValueError("values: this index holds values, so inserts need them too")
+            values = np.asarray(values)
+            if values.ndim == 1:
+                values = values[None, :]
+            if values.shape[0] != rows.shape[0]:
+                raise ValueError(f"values: expected {rows.shape[0]} rows, got {values.shape[0]}")
+        elif values is not None:
+            raise ValueError("values: this index was placed without values")
+        first = len(self)
+        done = 0
+        while done < rows.shape[0]:
+            last = self._shards[-1]
+            room = self.capacity - last.n
+            if room <= 0:
+                take = min(self.capacity, rows.shape[0] - done)
+                self._open_shard(rows[done:done + take],
+                                 None if values is None else values[done:done + take])
+            else:
+                take = min(room, rows.shape[0] - done)
+                kref = ray.put(rows[done:done + take])
+                vref = ray.put(values[done:done + take]) if values is not None else None
+                last.chunks.append((kref, vref))
+                seq = len(last.chunks) - 1
+                last.n += take
+                for h in list(last.replicas):
+                    self._resolve(len(self._shards) - 1, h, h.insert.remote(seq, kref, vref),
+                                  "insert", (seq, kref, vref), False)
+            done += take
+        return np.arange(first, first + rows.shape[0], dtype=np.int64)
+
+    def _open_shard(self, keys: np.ndarray, values: Optional[np.ndarray]):
+        lo = len(self)
+        kref = ray.put(keys)
+        src = {"from": "build", "spec": self.spec, "keys": kref,
+               "train_queries": self._train_ref, "options": self._options}
+        vref = ray.put(values) if values is not None else None
+        handles, _ = self._place([src], [lo], [vref], [kref if self._keep_keys else None],
+                                 self.replicas, self._actor_options)
+        self._shards.append(_ShardRecord(lo, keys.shape[0], handles[0], pinned=(src, vref, kref)))
+
+    def close(self):
+        """Ends the shard actors."""
+        for rec in self._shards:
+            for h in rec.replicas:
+                ray.kill(h, no_restart=True)
+            rec.replicas = []
+            rec.lost = RuntimeError("closed by ShardedIndex.close()")
+
+
+# --- whole dumps as Ray tasks -----------------------------------------------------------------
+
+
+@dataclass
+class DumpBuild:
+    """The result of :func:`build_dump`: per (layer, KV head), its shards in position order,
+    each a ``.qki`` path (``out`` given) or an object ref holding the file's bytes."""
+
+    spec: str
+    shard_bounds: Dict[Tuple[int, int], List[Tuple[int, int]]]
+    outputs: Dict[Tuple[int, int], List[Any]]
+    build_s: Dict[Tuple[int, int], List[float]]
+    out: Optional[str] = None
+
+    def shards(self, layer: Optional[int], kv_head: Optional[int]) -> List[Any]:
+        if (layer, kv_head) not in self.outputs:
+            have = sorted(self.outputs)
+            raise KeyError(f"no shards for layer {layer}, KV head {kv_head} (have {have})")
+        return self.outputs[(layer, kv_head)]
+
+    @staticmethod
+    def read(out: Union[str, os.PathLike]) -> "DumpBuild":
+        """Reads ``OUT/manifest.json`` written by :func:`build_dump`."""
+        path = Path(out) / "manifest.json"
+        try:
+            man = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise qkindex.FormatError(f"{path}: not a sharded build manifest ({e})") from e
+        if man.get("format") != MANIFEST_FORMAT:
+            raise qkindex.FormatError(f"{path}: format {man.get('format')!r}, "
+                                      f"expected {MANIFEST_FORMAT!r}")
+        bounds, outputs, times = {}, {}, {}
+        for e in man["indexes"]:
+            key = (e["layer"], e["kv_head"])
+            bounds[key] = [tuple(s["keys"]) for s in e["shards"]]
+            outputs[key] = [str(Path(out) / s["file"]) for s in e["shards"]]
+            times[key] = [s["build_s"] for s in e["shards"]]
+        return DumpBuild(man["spec"], bounds, outputs, times, str(out))
+
+
+def _build_shard_task(dump_dir: str, layer: int, kv_head: int, lo: int, hi: int, spec: str,
+                      options: Dict[str, Any], out_path: Optional[str]):
+    """One (layer, KV head, shard) build: reads the dump from shared storage, builds ``spec``
+    over keys ``[lo, hi)`` of the KV head with the prefill queries of its query heads as the
+    training queries, and writes ``out_path`` (atomic) or returns the file's bytes."""
+    t0 = time.perf_counter()
+    dump = qkindex.load_dump(dump_dir)
+    keys = dump.k(layer)[kv_head, lo:hi]
+    man = dump.manifest
+    group = man["n_q_heads"] // man["n_kv_heads"]
+    train = dump.q(layer)[kv_head * group:(kv_head + 1) * group].reshape(-1, keys.shape[1])
+    index = qkindex.build(spec, np.ascontiguousarray(keys), np.ascontiguousarray(train), **options)
+    if out_path is not None:
+        index.save(out_path)
+        return out_path, time.perf_counter() - t0
+    fd, tmp = tempfile.mkstemp(suffix=".qki")
+    os.close(fd)
+    try:
+        index.save(tmp)
+        data = Path(tmp).read_bytes()
+    finally:
+        os.unlink(tmp)
+    return data, time.perf_counter() - t0
+
+
+def build_dump(
+    dump_dir: Union[str, os.PathLike],
+    spec: str = "attention",
+    *,
+    shards: int = 2,
+    layers: Optional[Sequence[int]] = None,
+    kv_heads: Optional[Sequence[int]] = None,
+    out: Optional[Union[str, os.PathLike]] = None,
+    progress: Union[bool, Callable[[int, int, Dict[str, Any]], None]] = True,
+    retries: int = 3,
+    task_options: Optional[Dict[str, Any]] = None,
+    **options: Any,
+) -> DumpBuild:
+    """Builds every (layer, KV head, shard) index of a dump as one Ray task each (retried up to
+    ``retries`` times where its worker dies). The dump directory must be on storage every node
+    sees; so must ``out``, which receives ``layer{L:02}.kv{H}.shard{S}.qki`` files and a
+    ``manifest.json`` (format ``qkindex-shards/1``). Without ``out`` each shard's file bytes stay
+    in the object store (the :class:`DumpBuild` holds the refs). ``progress``: ``True`` prints a
+    line per finished task to stderr; a callable gets ``(done, total, info)``."""
+    dump_dir = str(dump_dir)
+    dump = qkindex.load_dump(dump_dir)
+    man = dump.manifest
+    layers = list(dump.layers if layers is None else layers)
+    kv_heads = list(range(man["n_kv_heads"]) if kv_heads is None else kv_heads)
+    n = int(man["n_prefill"])
+    if shards < 1 or shards > n:
+        raise ValueError(f"shards: expected 1..{n}, got {shards}")
+    bounds = _split_bounds(n, shards)
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+    # Two returns: the file (path or bytes) and the build seconds, so the bytes stay in the
+    # object store while the client reads only the seconds.
+    opts = {"max_retries": retries, "retry_exceptions": False, "num_returns": 2}
+    opts.update(task_options or {})
+    task = ray.remote(**opts)(_build_shard_task)
+    pending: Dict[Any, Tuple[int, int, int, Any]] = {}
+    for layer in layers:
+        for h in kv_heads:
+            for s, (lo, hi) in enumerate(bounds):
+                path = None
+                if out is not None:
+                    path = str(Path(out).resolve() / f"layer{layer:02}.kv{h}.shard{s}.qki")
+                file_ref, secs_ref = task.remote(dump_dir, layer, h, lo, hi, spec, options, path)
+                pending[secs_ref] = (layer, h, s, file_ref)
+    total = len(pending)
+    outputs = {(l, h): [None] * shards for l in layers for h in kv_heads}
+    times = {(l, h): [0.0] * shards for l in layers for h in kv_heads}
+    t0 = time.perf_counter()
+    waiting = list(pending)
+    done = 0
+    while waiting:
+        ready, waiting = ray.wait(waiting, num_returns=1)
+        layer, h, s, file_ref = pending[ready[0]]
+        secs = ray.get(ready[0])
+        outputs[(layer, h)][s] = ray.get(file_ref) if out is not None else file_ref
+        times[(layer, h)][s] = secs
+        done += 1
+        info = {"layer": layer, "kv_head": h, "shard": s, "keys": bounds[s], "build_s": secs,
+                "elapsed_s": time.perf_counter() - t0}
+        if callable(progress):
+            progress(done, total, info)
+        elif progress:
+            print(f"qkindex.distributed: built {done}/{total} (layer {layer}, KV head {h}, "
+                  f"shard {s}: keys {bounds[s][0]}..{bounds[s][1]}) in {secs:.2f} s; "
+                  f"{info['elapsed_s']:.1f} s elapsed", file=sys.stderr, flush=True)
+    result = DumpBuild(spec, {key: list(bounds) for key in outputs}, outputs, times,
+                       None if out is None else str(out))
+    if out is not None:
+        man_out = {
+            "format": MANIFEST_FORMAT,
+            "dump": os.path.abspath(dump_dir),
+            "spec": spec,
+            "options": options,
+            "n_prefill": n,
+            "indexes": [
+                {"layer": l, "kv_head": h, "shards": [
+                    {"file": Path(outputs[(l, h)][s]).name, "keys": list(bounds[s]),
+                     "build_s": times[(l, h)][s]} for s in range(shards)]}
+                for (l, h) in sorted(outputs)
+            ],
+        }
+        tmp = Path(out) / "manifest.json.tmp"
+        tmp.write_text(json.dumps(man_out, indent=1))
+        os.replace(tmp, Path(out) / "manifest.json")
+    return result
