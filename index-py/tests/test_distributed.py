@@ -185,6 +185,9 @@ def test_errors_are_typed_and_name_the_problem(cluster, head):
         sharded.close()
     with pytest.raises(ValueError, match="cannot fill"):
         qd.ShardedIndex.build("flat", keys[:2], shards=3)
+    # A build error inside an actor reaches the client as its own type and message.
+    with pytest.raises(ValueError, match="train_queries"):
+        qd.ShardedIndex.build("attention", keys[:300], shards=2)
     hnsw = qd.ShardedIndex.build("hnsw:m=8", keys[:300], shards=2)
     try:
         with pytest.raises(TypeError, match="HnswIndex takes no inserts"):

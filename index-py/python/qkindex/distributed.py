@@ -195,10 +195,23 @@ class _Shard:
     values (``[n, dv]``) and keys (kept for exact float64 re-scoring in ``attend``)."""
 
     def __init__(self, source: Dict[str, Any], offset: int, values=None, keys_for_attend=None):
+        # The index is built (or opened) by the first call, not here: an error in the build then
+        # reaches the client as its own type (ValueError, FormatError) through Ray's task error,
+        # where a constructor's error would only say that the actor died. A restarted actor
+        # rebuilds it the same way, on the call Ray retries.
+        self.source = source
         self.offset = offset
+        self.index = None
         self.applied = 0  # insert chunks applied since creation
+        self.values = None if values is None else np.array(values, np.float32)
+        self.keys = None if keys_for_attend is None else np.array(keys_for_attend, np.float32)
+
+    def _ensure(self):
+        if self.index is not None:
+            return self.index
         # Refs nested in a dict are not resolved by Ray (only top-level arguments are).
-        source = {k: ray.get(v) if isinstance(v, ray.ObjectRef) else v for k, v in source.items()}
+        source = {k: ray.get(v) if isinstance(v, ray.ObjectRef) else v
+                  for k, v in self.source.items()}
         kind = source["from"]
         if kind == "build":
             self.index = qkindex.build(
@@ -216,10 +229,10 @@ class _Shard:
                 os.unlink(path)
         else:
             raise ValueError(f"unknown shard source {kind!r}")
-        self.values = None if values is None else np.array(values, np.float32)
-        self.keys = None if keys_for_attend is None else np.array(keys_for_attend, np.float32)
+        return self.index
 
     def info(self) -> Dict[str, Any]:
+        self._ensure()
         return {
             "len": len(self.index),
             "dim": self.index.dim,
@@ -230,6 +243,7 @@ class _Shard:
         }
 
     def insert(self, seq: int, keys: np.ndarray, values: Optional[np.ndarray]):
+        self._ensure()
         if seq != self.applied:
             return _Stale(self.applied)
         for row in keys:
@@ -242,7 +256,7 @@ class _Shard:
         return len(self.index)
 
     def search(self, queries: np.ndarray, k: int, params: Dict[str, Any], n_expected: int):
-        n = len(self.index)
+        n = len(self._ensure())
         if n < n_expected:
             return _Stale(self.applied)
         t0 = time.perf_counter()
@@ -254,7 +268,7 @@ class _Shard:
     def attend(
         self, queries: np.ndarray, k: int, params: Dict[str, Any], scale: float, n_expected: int
     ):
-        n = len(self.index)
+        n = len(self._ensure())
         if n < n_expected:
             return _Stale(self.applied)
         if self.values is None:
@@ -368,14 +382,16 @@ class ShardedIndex:
                 ]
             )
         # Wait for every actor to finish building (or opening) before the first call, so that
-        # build errors surface here, with the shard named.
-        infos = []
-        for s, hs in enumerate(handles):
-            try:
-                infos.append(ray.get([h.info.remote() for h in hs]))
-            except RayActorError as e:
-                lo = offsets[s]
-                raise RuntimeError(f"shard {s} (from key {lo}) failed to start: {e}") from e
+        # a build error (ValueError naming the parameter, FormatError naming the file) surfaces
+        # here; the actors already started are ended then.
+        try:
+            refs = [[h.info.remote() for h in hs] for hs in handles]  # all build at once
+            infos = [ray.get(r) for r in refs]
+        except BaseException:
+            for hs in handles:
+                for h in hs:
+                    ray.kill(h, no_restart=True)
+            raise
         return handles, infos
 
     @classmethod
