@@ -40,6 +40,10 @@ place, or a copy of it while a search still holds the previous snapshot. ``ReTop
 
 ``qkindex.hf`` (``pip install qkindex[hf]``: torch, transformers) captures q/k/v from a
 Hugging Face model into a dump and runs retrieval attention inside its decode steps.
+
+``qkindex.distributed`` (``pip install qkindex[ray]``) shards one head's keys by position over
+Ray actors and merges the shards' top-k and partial attentions exactly (``ShardedIndex``), and
+builds a whole dump's indexes as Ray tasks (``build_dump``).
 """
 
 from ._native import (
