@@ -300,13 +300,21 @@ def test_build_dump_as_tasks_writes_files_and_refs(cluster, tmp_path):
     in_store = qd.build_dump(dump, "attention", shards=2, layers=[5], kv_heads=[1], kq=30,
                              degree=16, progress=False)
     refs = qd.ShardedIndex.open(in_store, layer=5, kv_head=1)
+    values = np.random.default_rng(12).standard_normal((1200, 8)).astype(np.float32)
+    with_values = qd.ShardedIndex.open(tmp_path / "out", layer=5, kv_head=1, values=values,
+                                       keys=keys)
     try:
         want = local.search(queries, k=10, ef=32)
         for other in (files, refs):
             assert other.bounds == [(0, 600), (600, 1200)]
             np.testing.assert_array_equal(other.search(queries, k=10, ef=32).ids, want.ids)
+        att = with_values.attend(queries, k=10, ef=32)
+        np.testing.assert_allclose(att.output, full_attention(queries, keys, values, att.ids),
+                                   rtol=0, atol=1e-5)
+        with pytest.raises(TypeError, match="opened from files"):
+            files.insert(keys[0])
     finally:
-        for s in (local, files, refs):
+        for s in (local, files, refs, with_values):
             s.close()
     with pytest.raises(qkindex.FormatError, match="manifest"):
         qd.DumpBuild.read(tmp_path)

@@ -183,6 +183,29 @@ def _partial_attention(z: np.ndarray, valid: np.ndarray, v: np.ndarray):
 # --- the shard actor --------------------------------------------------------------------------
 
 
+class _Rows:
+    """A float32 ``[n, d]`` array that grows by doubling, so that one-row inserts at decode time
+    cost O(d) amortized, not a copy of the shard."""
+
+    def __init__(self, rows):
+        a = np.array(rows, np.float32)
+        self._buf, self.n = a, a.shape[0]
+
+    def append(self, rows):
+        rows = np.asarray(rows, np.float32).reshape(-1, self._buf.shape[1])
+        need = self.n + rows.shape[0]
+        if need > self._buf.shape[0]:
+            grown = np.empty((max(need, 2 * self._buf.shape[0]), self._buf.shape[1]), np.float32)
+            grown[: self.n] = self._buf[: self.n]
+            self._buf = grown
+        self._buf[self.n:need] = rows
+        self.n = need
+
+    @property
+    def array(self) -> np.ndarray:
+        return self._buf[: self.n]
+
+
 @dataclass
 class _Stale:
     """A shard that holds fewer inserted chunks than the client sent (it was restarted)."""
@@ -203,8 +226,8 @@ class _Shard:
         self.offset = offset
         self.index = None
         self.applied = 0  # insert chunks applied since creation
-        self.values = None if values is None else np.array(values, np.float32)
-        self.keys = None if keys_for_attend is None else np.array(keys_for_attend, np.float32)
+        self.values = None if values is None else _Rows(values)
+        self.keys = None if keys_for_attend is None else _Rows(keys_for_attend)
 
     def _ensure(self):
         if self.index is not None:
@@ -249,9 +272,9 @@ class _Shard:
         for row in keys:
             self.index.insert(row)
         if values is not None:
-            self.values = np.concatenate([self.values, np.asarray(values, np.float32)])
+            self.values.append(values)
         if self.keys is not None:
-            self.keys = np.concatenate([self.keys, np.asarray(keys, np.float32)])
+            self.keys.append(keys)
         self.applied += 1
         return len(self.index)
 
@@ -280,15 +303,12 @@ class _Shard:
         if self.keys is not None:
             # Exact float64 logits from the shard's own keys (the index's scores are float32).
             q = np.asarray(queries, np.float64)
-            z = np.einsum("bd,bkd->bk", q, self.keys[local].astype(np.float64)) * scale
+            z = np.einsum("bd,bkd->bk", q, self.keys.array[local].astype(np.float64)) * scale
         else:
             z = res.scores.astype(np.float64) * scale
-        o, m, l = _partial_attention(z, valid, self.values[local].astype(np.float64))
+        o, m, l = _partial_attention(z, valid, self.values.array[local].astype(np.float64))
         ids = np.where(valid, res.ids + self.offset, -1)
         return o, m, l, ids, res.distance_computations, time.perf_counter() - t0
-
-    def pid(self) -> int:
-        return os.getpid()
 
 
 # --- the client -------------------------------------------------------------------------------
@@ -471,26 +491,30 @@ class ShardedIndex:
         (``mmap``) from storage every node sees. ``values`` (``[n, dv]``) enable :meth:`attend`;
         with ``keys`` too its logits are re-scored in float64, else they are the index's float32
         scores. Inserts are not taken (the build's training queries are not at hand)."""
+        known = None  # shard lengths from a manifest
+        if isinstance(sources, (str, os.PathLike)):
+            sources = DumpBuild.read(sources)
         if isinstance(sources, DumpBuild):
+            known = [hi - lo for lo, hi in sources.shard_bounds[(layer, kv_head)]] \
+                if (layer, kv_head) in sources.shard_bounds else None
             sources = sources.shards(layer, kv_head)
-        elif isinstance(sources, (str, os.PathLike)):
-            sources = DumpBuild.read(sources).shards(layer, kv_head)
         srcs = []
         for s in sources:
             if isinstance(s, ray.ObjectRef):
                 srcs.append({"from": "bytes", "data": s})
             else:
                 srcs.append({"from": "file", "path": str(s), "mmap": mmap})
-        # Lengths come from the actors; offsets need them, so open, then set the offsets.
-        actor = cls._actor_cls(dict(actor_options or {}))
-        probe = [actor.options(max_restarts=0).remote(src, 0) for src in srcs]
-        probed = ray.get([p.info.remote() for p in probe])
-        lens = [info["len"] for info in probed]
-        dims = {info["dim"] for info in probed}
-        for p in probe:
-            ray.kill(p)
-        if len(dims) != 1:
-            raise ValueError(f"shards of different head dims {sorted(dims)}")
+        if known is not None:
+            lens = known
+        else:
+            # A bare list: open each once to learn its length (offsets need them all).
+            actor = cls._actor_cls(dict(actor_options or {}))
+            probe = [actor.options(max_restarts=0).remote(src, 0) for src in srcs]
+            try:
+                lens = [info["len"] for info in ray.get([p.info.remote() for p in probe])]
+            finally:
+                for p in probe:
+                    ray.kill(p)
         offsets = list(np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(int))
         n = int(sum(lens))
         values_refs, keys_refs = [None] * len(srcs), [None] * len(srcs)
@@ -500,10 +524,22 @@ class ShardedIndex:
                 raise ValueError(f"values: expected shape [{n}, dv], got {list(values.shape)}")
             values_refs = [ray.put(values[o:o + m]) for o, m in zip(offsets, lens)]
             if keys is not None:
-                keys = _as_rows("keys", keys, next(iter(dims)))
+                keys = _as_rows("keys", keys)
+                if keys.shape[0] != n:
+                    raise ValueError(f"keys: expected {n} rows, got {keys.shape[0]}")
                 keys_refs = [ray.put(keys[o:o + m]) for o, m in zip(offsets, lens)]
         handles, infos = cls._place(srcs, [int(o) for o in offsets], values_refs, keys_refs,
                                     replicas, dict(actor_options or {}))
+        for s, (m, info) in enumerate(zip(lens, infos)):
+            if info[0]["len"] != m:
+                for hs in handles:
+                    for h in hs:
+                        ray.kill(h, no_restart=True)
+                raise qkindex.FormatError(f"shard {s}: the manifest says {m} keys, its file "
+                                          f"holds {info[0]['len']}")
+        dims = {info[0]["dim"] for info in infos}
+        if len(dims) != 1:
+            raise ValueError(f"shards of different head dims: {sorted(dims)}")
         records = [_ShardRecord(int(o), m, hs, pinned=(src, v, k))
                    for o, m, hs, src, v, k in zip(offsets, lens, handles, srcs, values_refs,
                                                   keys_refs)]
