@@ -3,9 +3,9 @@ per-query latency, recall@100 at a fixed ef, and the fan-out and merge cost, in 
 shards, against the same index kind unsharded in this process.
 
     python3 /path/to/synth_ood.py --out bench-out/synth1m --N 1048576 --d 128 --no-diag
-    python benches/ray_shards.py bench-out/synth1m --spec flat --shards 1,2,4
-    python benches/ray_shards.py bench-out/synth1m --spec attention --n 131072 --train 8192 \\
-        --ef 128 --shards 1,2,4 --out bench-out/ray-attention.json
+    python benches/ray_shards.py bench-out/synth1m --spec flat --shards 1,2,4 --batch 1,32
+    python benches/ray_shards.py bench-out/synth1m --spec attention --train 16384 --ef 128 \\
+        --single-ef 256,512 --shards 1,2,4 --batch 1,32 --out bench-out/ray/attention-1m.json
 
 DATA is a ``synth_ood.py`` output directory (``keys.npy``, ``prefill_queries.npy``,
 ``test_queries.npy``, float16). ``--n`` takes the first n keys (positions 0..n), ``--train`` an
@@ -50,6 +50,9 @@ def main():
     ap.add_argument("--shards", default="1,2,4")
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--ef", type=int, default=None, help="search ef (graph kinds)")
+    ap.add_argument("--single-ef", default="",
+                    help="more ef values for the unsharded index (one query per call), to "
+                         "compare recall at the work S shards do at --ef")
     ap.add_argument("--queries", type=int, default=256, help="test queries timed")
     ap.add_argument("--warmup", type=int, default=8)
     ap.add_argument("--batch", default="1", help="queries per search call (a list: 1,32)")
@@ -80,9 +83,9 @@ def main():
 
     batches = [int(x) for x in args.batch.split(",")]
 
-    def measure(search, shards, build_s):
+    def measure(search, shards, build_s, row_params=None, batch_sizes=None):
         """One row per batch size: medians per call, recall and scanned over all queries."""
-        for batch in batches:
+        for batch in batch_sizes or batches:
             lat, shard, merge, fan = [], [], [], []
             found, dc = [], []
             for i in range(0, len(queries), batch):
@@ -103,6 +106,7 @@ def main():
                     merge.append(tm["merge"])
                     fan.append(tm["total"] - max(tm["shards"]) - tm["merge"])
             row = {"shards": shards, "batch": batch, "build_s": build_s,
+                   "params": row_params if row_params is not None else params,
                    "call_ms": median_ms(lat),
                    "shard_ms": median_ms(shard) if shard else None,
                    "fanout_ms": median_ms(fan) if fan else None,
@@ -116,7 +120,10 @@ def main():
     # Unsharded, in this process: the reference for recall and latency.
     t = time.perf_counter()
     single = qkindex.build(args.spec, keys, train)
-    measure(lambda q: single.search(q, k=args.k, **params), 0, time.perf_counter() - t)
+    build_s = time.perf_counter() - t
+    measure(lambda q: single.search(q, k=args.k, **params), 0, build_s)
+    for ef in [int(x) for x in args.single_ef.split(",") if x]:
+        measure(lambda q: single.search(q, k=args.k, ef=ef), 0, build_s, {"ef": ef}, [1])
     del single
 
     ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
@@ -135,13 +142,14 @@ def main():
             "command": "python " + " ".join(sys.argv)}
     print(f"\n{args.spec}, n={n}, d={keys.shape[1]}, k={args.k}, {params or 'no params'}, "
           f"train {meta['train']}, {len(queries)} queries (medians per call, ms)")
-    print("| shards | queries/call | build s | call ms | slowest shard ms | fan-out ms | merge ms "
-          "| scanned | recall@%d |" % args.k)
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| shards | params | queries/call | build s | call ms | slowest shard ms | fan-out ms "
+          "| merge ms | scanned | recall@%d |" % args.k)
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         f = (lambda x: "-" if x is None else f"{x:.2f}")
         name = "unsharded (no Ray)" if r["shards"] == 0 else str(r["shards"])
-        print(f"| {name} | {r['batch']} | {r['build_s']:.1f} | {r['call_ms']:.2f} | "
+        ps = ", ".join(f"{k}={v}" for k, v in r["params"].items()) or "-"
+        print(f"| {name} | {ps} | {r['batch']} | {r['build_s']:.1f} | {r['call_ms']:.2f} | "
               f"{f(r['shard_ms'])} | {f(r['fanout_ms'])} | {f(r['merge_ms'])} | "
               f"{r['scanned']:.4f} | {r['recall']:.4f} |")
     if args.out:

@@ -338,7 +338,8 @@ def _as_rows(name: str, x, dim: Optional[int] = None, allow_1d: bool = False) ->
         raise ValueError(f"{name}: expected shape {want}, got {list(np.shape(x))}")
     finite = np.isfinite(a).all(axis=1)
     if not finite.all():
-        raise ValueError(f"{name}: row {int(np.flatnonzero(~finite)[0])} is not finite (NaN or inf)")
+        row = int(np.flatnonzero(~finite)[0])
+        raise ValueError(f"{name}: row {row} is not finite (NaN or inf)")
     return np.ascontiguousarray(a)
 
 
