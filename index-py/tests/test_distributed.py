@@ -165,6 +165,21 @@ def test_inserts_fill_the_last_shard_then_open_a_new_one(cluster, head):
         sharded.close()
 
 
+def test_attention_shards_take_inserts_and_open_from_one_key(cluster, head):
+    keys, train, queries, _ = head
+    sharded = qd.ShardedIndex.build("attention", keys[:1500], train, shards=2, capacity=750,
+                                    kq=50, degree=24)
+    try:
+        sharded.insert(keys[1500])  # the last shard is full: a new one opens with one key
+        assert sharded.bounds == [(0, 750), (750, 1500), (1500, 1501)]
+        sharded.insert(keys[1501:1600])
+        assert sharded.bounds == [(0, 750), (750, 1500), (1500, 1600)]
+        exact = brute_topk(queries, keys[:1600], 10)[0]
+        assert qkindex.recall(sharded.search(queries, k=10, ef=64).ids, exact) > 0.9
+    finally:
+        sharded.close()
+
+
 def test_errors_are_typed_and_name_the_problem(cluster, head):
     keys, _, queries, _ = head
     sharded = qd.ShardedIndex.build("flat", keys[:300], shards=2)
