@@ -433,8 +433,11 @@ class ShardedIndex:
         contiguous position ranges and starts one actor per shard and replica, which builds
         ``qkindex.build(spec, its keys, train_queries, **options)``. ``values`` (``[n, dv]``) go
         with the keys for :meth:`attend`. ``capacity`` is the most keys a shard takes before an
-        insert opens a new one (default: twice the largest initial shard). ``actor_options`` are
-        passed to ``ray.remote`` (``num_cpus``, ``runtime_env``, ``max_restarts``, ...)."""
+        insert opens a new one (default: twice the largest initial shard). ``replicas`` actors
+        hold each shard: the first live one answers, and the next takes over when it dies for
+        good (failover, not load balancing). ``actor_options`` are passed to ``ray.remote``
+        (``num_cpus``, ``runtime_env``, ``max_restarts`` (default 3), ``max_task_retries``
+        (default 3), ``scheduling_strategy`` (default ``"SPREAD"``), ...)."""
         if shards < 1 or replicas < 1:
             raise ValueError(f"shards and replicas must be >= 1, got {shards} and {replicas}")
         keys = _as_rows("keys", keys)
