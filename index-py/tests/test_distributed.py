@@ -335,6 +335,29 @@ def test_build_dump_as_tasks_writes_files_and_refs(cluster, tmp_path):
         qd.DumpBuild.read(tmp_path)
 
 
+def test_a_whole_dump_on_shard_actors_equals_each_head_exact(cluster, tmp_path):
+    dump, layers = _small_dump(tmp_path)
+    built = qd.build_dump(dump, "flat", shards=3, out=tmp_path / "flat", progress=False)
+    queries = ood_data(n=10, b=6, d=32, seed=7)[2] + 1.0
+    q_heads = np.stack([queries + 0.1 * h for h in range(4)])  # [4 query heads, 6, 32]
+    for source in (tmp_path / "flat", built,
+                   qd.build_dump(dump, "flat", shards=3, layers=[5], progress=False)):
+        sharded = qd.ShardedDump.open(source)
+        try:
+            assert sharded.num_shards == 3 and len(sharded) == 1200
+            res = sharded.search(5, q_heads, k=15)
+            assert res.ids.shape == (4, 6, 15) and res.distance_computations.shape == (4, 6)
+            for h in range(4):  # GQA: query heads 0, 1 read KV head 0; 2, 3 read KV head 1
+                exact = brute_topk(q_heads[h], layers[5]["k"][h // 2], 15)[0]
+                np.testing.assert_array_equal(res.ids[h], exact)
+            with pytest.raises(ValueError, match=r"queries: expected shape \[4, b, 32\]"):
+                sharded.search(5, q_heads[:3], k=15)
+            with pytest.raises(TypeError, match="no attend"):
+                sharded.attend(q_heads, k=5)
+        finally:
+            sharded.close()
+
+
 def _pids_titled(title):
     """Processes whose command line (Ray sets a worker's to ``ray::<task>``) starts with
     ``title``."""

@@ -41,7 +41,9 @@ answers, so the answer is the same. A shard whose every replica is gone for good
 
 Whole dumps: :func:`build_dump` builds every (layer, KV head, shard) index as one Ray task each
 (retried where a worker dies), writing ``.qki`` files and a ``manifest.json`` (or keeping the
-files' bytes as object refs), and :meth:`ShardedIndex.open` maps them on the actors.
+files' bytes as object refs), and :meth:`ShardedIndex.open` maps one head's shards on actors;
+:class:`ShardedDump` maps every head, actor ``s`` holding shard ``s`` of every head (a
+context-parallel worker's layout) and searching a layer's query heads in one call.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ __all__ = [
     "ShardedResult",
     "ShardedAttention",
     "DumpBuild",
+    "ShardedDump",
     "build_dump",
     "merge_topk",
     "merge_attention",
@@ -750,6 +753,8 @@ class DumpBuild:
     outputs: Dict[Tuple[int, int], List[Any]]
     build_s: Dict[Tuple[int, int], List[float]]
     out: Optional[str] = None
+    n_q_heads: Optional[int] = None  # of the dump (query head h reads KV head h / group)
+    n_kv_heads: Optional[int] = None
 
     def shards(self, layer: Optional[int], kv_head: Optional[int]) -> List[Any]:
         if (layer, kv_head) not in self.outputs:
@@ -774,7 +779,8 @@ class DumpBuild:
             bounds[key] = [tuple(s["keys"]) for s in e["shards"]]
             outputs[key] = [str(Path(out) / s["file"]) for s in e["shards"]]
             times[key] = [s["build_s"] for s in e["shards"]]
-        return DumpBuild(man["spec"], bounds, outputs, times, str(out))
+        return DumpBuild(man["spec"], bounds, outputs, times, str(out),
+                         man.get("n_q_heads"), man.get("n_kv_heads"))
 
 
 def _build_shard_task(dump_dir: str, layer: int, kv_head: int, lo: int, hi: int, spec: str,
@@ -868,7 +874,7 @@ def build_dump(
                   f"shard {s}: keys {bounds[s][0]}..{bounds[s][1]}) in {secs:.2f} s; "
                   f"{info['elapsed_s']:.1f} s elapsed", file=sys.stderr, flush=True)
     result = DumpBuild(spec, {key: list(bounds) for key in outputs}, outputs, times,
-                       None if out is None else str(out))
+                       None if out is None else str(out), man["n_q_heads"], man["n_kv_heads"])
     if out is not None:
         man_out = {
             "format": MANIFEST_FORMAT,
@@ -876,6 +882,8 @@ def build_dump(
             "spec": spec,
             "options": options,
             "n_prefill": n,
+            "n_q_heads": man["n_q_heads"],
+            "n_kv_heads": man["n_kv_heads"],
             "indexes": [
                 {"layer": l, "kv_head": h, "shards": [
                     {"file": Path(outputs[(l, h)][s]).name, "keys": list(bounds[s]),
@@ -887,3 +895,129 @@ def build_dump(
         tmp.write_text(json.dumps(man_out, indent=1))
         os.replace(tmp, Path(out) / "manifest.json")
     return result
+
+
+# --- a whole dump's heads on S actors ---------------------------------------------------------
+
+
+class _DumpShard:
+    """Position shard ``s`` of every (layer, KV head) index of a :func:`build_dump` output: the
+    layout of a context-parallel worker, which holds all heads of its token range. Opened on the
+    first call (and again by a restarted actor, on the call Ray retries)."""
+
+    def __init__(self, files: Dict[Tuple[int, int], Any], offset: int, n: int, group: int,
+                 mmap: bool):
+        self.files, self.offset, self.n, self.group, self.mmap = files, offset, n, group, mmap
+        self.indexes = None
+        self.applied = 0  # no inserts: kept for the client's bookkeeping
+
+    def _ensure(self):
+        if self.indexes is None:
+            opened = {}
+            for key, src in self.files.items():
+                opened[key] = _Shard({"from": "bytes", "data": src}
+                                     if isinstance(src, ray.ObjectRef)
+                                     else {"from": "file", "path": src, "mmap": self.mmap},
+                                     self.offset)._ensure()
+            for key, idx in opened.items():
+                if len(idx) != self.n:
+                    raise qkindex.FormatError(f"layer {key[0]} KV head {key[1]}: the manifest "
+                                              f"says {self.n} keys, its file holds {len(idx)}")
+            self.indexes = opened
+        return self.indexes
+
+    def info(self) -> Dict[str, Any]:
+        idx = self._ensure()
+        first = next(iter(idx.values()))
+        return {"len": self.n, "dim": first.dim, "kind": type(first).__name__,
+                "indexes": len(idx), "pid": os.getpid(),
+                "node": ray.get_runtime_context().get_node_id(), "applied": 0}
+
+    def search_layer(self, layer: int, queries: np.ndarray, k: int, params: Dict[str, Any],
+                     n_expected: int):
+        idx = self._ensure()
+        heads = queries.shape[0]
+        missing = [h for h in range(heads) if (layer, h // self.group) not in idx]
+        if missing:
+            raise ValueError(f"layer {layer}: no index for query head {missing[0]} (KV head "
+                             f"{missing[0] // self.group}); built: {sorted(idx)}")
+        t0 = time.perf_counter()
+        res = qkindex.search_many([idx[(layer, h // self.group)] for h in range(heads)], queries,
+                                  k=min(k, self.n), **params)
+        ids = res.ids.copy()
+        ids[ids >= 0] += self.offset
+        return ids, res.scores, res.distance_computations, time.perf_counter() - t0
+
+
+class ShardedDump(ShardedIndex):
+    """Every (layer, KV head) index of a :func:`build_dump` output on S actors, one per position
+    shard: actor ``s`` holds shard ``s`` of every head, as a context-parallel worker holds every
+    head of its token range. ``search(layer, queries, k)`` searches all query heads of a layer in
+    one call per shard (``qkindex.search_many`` inside the actor), so the fan-out is paid once
+    per layer, not once per head. No inserts and no ``attend`` (place a head with
+    ``ShardedIndex.build(..., values=)`` for those)."""
+
+    @classmethod
+    def open(cls, out: Union[str, os.PathLike, "DumpBuild"], *, replicas: int = 1,
+             mmap: bool = True, actor_options: Optional[Dict[str, Any]] = None
+             ) -> "ShardedDump":
+        built = out if isinstance(out, DumpBuild) else DumpBuild.read(out)
+        if built.n_q_heads is None or built.n_kv_heads is None:
+            raise qkindex.FormatError("the build's manifest lacks n_q_heads / n_kv_heads")
+        group = built.n_q_heads // built.n_kv_heads
+        bounds = {tuple(b) for b in map(tuple, built.shard_bounds.values())}
+        if len(bounds) != 1:
+            raise qkindex.FormatError("the heads of this build are split at different positions")
+        bounds = list(next(iter(bounds)))
+        opts = {"max_restarts": 3, "max_task_retries": 3, "scheduling_strategy": "SPREAD"}
+        opts.update(actor_options or {})
+        actor = ray.remote(**opts)(_DumpShard)
+        handles, files_per_shard = [], []
+        for s, (lo, hi) in enumerate(bounds):
+            files = {key: outs[s] for key, outs in built.outputs.items()}
+            files_per_shard.append(files)
+            handles.append([actor.remote(files, lo, hi - lo, group, mmap)
+                            for _ in range(replicas)])
+        try:
+            refs = [[h.info.remote() for h in hs] for hs in handles]
+            infos = [ray.get(r) for r in refs]
+        except BaseException:
+            for hs in handles:
+                for h in hs:
+                    ray.kill(h, no_restart=True)
+            raise
+        records = [_ShardRecord(lo, hi - lo, hs, pinned=(files,))
+                   for (lo, hi), hs, files in zip(bounds, handles, files_per_shard)]
+        dump = cls(records, dim=infos[0][0]["dim"], spec=built.spec, kind=infos[0][0]["kind"],
+                   capacity=None, actor_options=actor_options, replicas=replicas)
+        dump.n_q_heads, dump.n_kv_heads = built.n_q_heads, built.n_kv_heads
+        dump.layers = sorted({layer for layer, _ in built.outputs})
+        return dump
+
+    def search(self, layer: int, queries, k: int = 100, **params: Any) -> ShardedResult:
+        """``queries`` ``[n_q_heads, b, d]`` (float16/float32): query head ``h`` is searched on
+        its KV head's shards of ``layer``. Results ``[n_q_heads, b, k]`` (ids global positions),
+        ``distance_computations`` ``[n_q_heads, b]`` summed over shards."""
+        t0 = time.perf_counter()
+        q = np.asarray(queries)
+        if q.ndim != 3 or q.shape[0] != self.n_q_heads or q.shape[2] != self.dim:
+            raise ValueError(f"queries: expected shape [{self.n_q_heads}, b, {self.dim}], got "
+                             f"{list(q.shape)}")
+        heads, b, d = q.shape
+        flat = _as_rows("queries", q.reshape(heads * b, d), d)
+        n = len(self)
+        if k < 1 or k > n:
+            raise ValueError(f"k: expected 1 <= k <= {n} (the keys of all shards), got {k}")
+        qref = ray.put(flat.reshape(heads, b, d))
+        parts = self._fan_out("search_layer", layer, qref, k, params)
+        t1 = time.perf_counter()
+        ids, scores = merge_topk([p[0].reshape(heads * b, -1) for p in parts],
+                                 [p[1].reshape(heads * b, -1) for p in parts], k)
+        dc = np.sum([np.asarray(p[2], np.int64) for p in parts], axis=0)
+        t2 = time.perf_counter()
+        timing = {"total": t2 - t0, "merge": t2 - t1, "shards": [p[3] for p in parts]}
+        return ShardedResult(ids.reshape(heads, b, k), scores.reshape(heads, b, k), dc, timing)
+
+    def attend(self, *args, **kwargs):
+        raise TypeError("ShardedDump has no attend: place the head with "
+                        "ShardedIndex.build(..., values=...) to attend over shards")
