@@ -375,23 +375,49 @@ def _pids_titled(title):
     return out
 
 
+def _kill_first_titled(title, killed, stop):
+    """Kills (SIGKILL) the first process titled ``title`` to appear, polling until ``stop``."""
+    while not stop.is_set() and not killed:
+        for pid in _pids_titled(title):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+            break
+        time.sleep(0.02)
+
+
+def test_a_shard_actor_killed_while_building_is_restarted_with_the_same_index(cluster, head):
+    import threading
+
+    keys, train, queries, _ = head
+    big = np.concatenate([keys, keys[::-1] + 0.5]).astype(np.float32)  # 6000 keys
+    opts = {"kq": 60, "degree": 24}
+    killed, stop = [], threading.Event()
+    # A shard builds its index on its first call (``info``, which ShardedIndex.build awaits);
+    # Ray titles the worker ``ray::_Shard.info`` meanwhile.
+    t = threading.Thread(target=_kill_first_titled, args=("ray::_Shard.info", killed, stop))
+    t.start()
+    try:
+        sharded = qd.ShardedIndex.build("attention", big, train, shards=1, **opts)
+    finally:
+        stop.set()
+        t.join()
+    try:
+        assert killed, "the shard finished its build before it could be killed"
+        assert sharded.info()[0][0]["pid"] not in killed
+        want = qkindex.build("attention", big, train, **opts).search(queries, k=10, ef=32)
+        np.testing.assert_array_equal(sharded.search(queries, k=10, ef=32).ids, want.ids)
+    finally:
+        sharded.close()
+
+
 def test_a_build_task_killed_midway_is_retried_with_the_same_index(cluster, tmp_path):
     dump, layers = _small_dump(tmp_path, n=6000)
     opts = {"kq": 60, "degree": 24}
-    killed = []
     import threading
 
-    stop = threading.Event()
-
-    def killer():
-        while not stop.is_set() and not killed:
-            for pid in _pids_titled("ray::_build_shard_task"):
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-                break
-            time.sleep(0.02)
-
-    t = threading.Thread(target=killer)
+    killed, stop = [], threading.Event()
+    t = threading.Thread(target=_kill_first_titled,
+                         args=("ray::_build_shard_task", killed, stop))
     t.start()
     try:
         qd.build_dump(dump, "attention", shards=1, layers=[2], kv_heads=[0],
