@@ -17,8 +17,9 @@ Why the merges are exact:
 - ``search``: every key of the global top-k is in its own shard's top-k (a shard's k best
   include every key of that shard that beats the global k-th), so the top-k of the union of the
   shards' top-k lists is the global top-k. With flat (exact) shards the answer equals a flat
-  index over the whole head; with graph shards each shard's recall is the single index's at the
-  shard's size.
+  index over the whole head; graph shards are ordinary indexes over their keys, each searched
+  with the caller's ``ef``, so S shards do about S times one index's work
+  (``docs/bench/ray/README.md`` compares recall at equal work).
 - ``attend``: shard ``s`` attends its own top-k ``R_s`` and returns the online-softmax triple
   ``m_s = max_j z_j``, ``l_s = sum_j exp(z_j - m_s)``, ``o_s = sum_j exp(z_j - m_s) v_j / l_s``
   with ``z_j = scale * q.k_j`` (float64); the client takes ``m = max_s m_s``,
