@@ -19,6 +19,7 @@ ray = need("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 import qkindex.distributed as qd  # noqa: E402
+from qkindex.distributed.merge import _partial_attention  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,7 @@ def test_merges_are_exact_without_ray():
         ids.append(i + lo)
         scores.append(s.astype(np.float32))
         z = (q @ keys[lo:hi].T) / 4.0
-        o, m, l = qd._partial_attention(z, np.ones_like(z, dtype=bool),
+        o, m, l = _partial_attention(z, np.ones_like(z, dtype=bool),
                                         np.broadcast_to(values[lo:hi], (7, hi - lo, 5)))
         outs.append(o), ms.append(m), ls.append(l)
     merged_ids, _ = qd.merge_topk(ids, scores, 8)
