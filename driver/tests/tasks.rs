@@ -113,7 +113,10 @@ fn tasks_rejects_bad_arguments() {
     let o = qkindex(&["tasks", "--budgets", "0"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--budgets"));
+    // SmolLM2 (8,192 trained positions) at 100,000 would need a 16× RoPE stretch: asked for
+    // by name, never applied by default (and refused before any prefill).
     let o = qkindex(&["tasks", "--lengths", "100000"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && !err.contains("panicked"), "{err}");
+    assert!(err.contains("--rope-scaling"), "{err}");
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 use qkindex_driver::devices::Devices;
-use qkindex_driver::model::config::RopeScaling;
+use qkindex_driver::model::config::{RopeScaling, MAX_DEFAULT_SCALING};
 use qkindex_driver::model::{Model, ModelError, KNOWN_MODELS};
 
 use super::policy_args::PolicyArgs;
@@ -38,8 +38,8 @@ pub struct ModelArgs {
     /// RoPE scaling for a context F times the trained one: `none`, `ntk:F` (base ×
     /// F^(d/(d−2))) or `linear:F` (positions / F). It applies to the layers with the file's base
     /// (all of SmolLM2's, Gemma 3's global ones). Default: none while the run fits the trained
-    /// context, past it NTK by the smallest power of two that makes room (measured:
-    /// docs/bench/long/README.md).
+    /// context, past it NTK by the smallest multiple of 1/4 that makes room, up to 4× (past
+    /// that, name one; measured: docs/bench/long/README.md).
     #[arg(long, value_name = "MODE", value_parser = parse_rope_scaling)]
     pub rope_scaling: Option<RopeScaling>,
 }
@@ -97,6 +97,13 @@ impl ModelArgs {
             return Ok(m);
         }
         let trained = m.llama.cfg.trained_context();
+        if scaling.factor() > MAX_DEFAULT_SCALING {
+            anyhow::bail!(
+                "{positions} positions are more than {MAX_DEFAULT_SCALING}× the model's trained \
+                 context of {trained}: name a RoPE scaling to run that far (--rope-scaling \
+                 {scaling}, or linear:F), knowing the model was not trained for it"
+            );
+        }
         let m = m
             .with_rope_scaling(scaling)
             .context("scaling the model's RoPE")?;

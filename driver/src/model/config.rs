@@ -48,6 +48,11 @@ pub struct Config {
 /// it scored 2.5 % better than linear (`docs/bench/long/README.md`).
 pub const LONG_CONTEXT_SCALING: fn(f64) -> RopeScaling = RopeScaling::Ntk;
 
+/// The largest factor a run gets without naming a scaling: 4, the stretch measured
+/// (`docs/bench/long/README.md`: Gemma 3 270M from 32K to 128K). Past it a command asks for
+/// `--rope-scaling` rather than silently stretching a model 8× or 16× (SmolLM2's 8K to 100K).
+pub const MAX_DEFAULT_SCALING: f64 = 4.0;
+
 /// How the layers with the file's RoPE base are stretched past the trained context
 /// ([`Config::with_rope_scaling`]). Parsed from and printed as `none`, `ntk:F`, `linear:F`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -296,16 +301,17 @@ impl Config {
     }
 
     /// The scaling used when a run of `context` positions names none: none while the trained
-    /// context holds it, past it [`LONG_CONTEXT_SCALING`] with the smallest power-of-two factor
-    /// that makes room (the one place this default is written; `docs/bench/long/README.md`
+    /// context holds it, past it [`LONG_CONTEXT_SCALING`] with the smallest multiple of 1/4
+    /// that makes room (131,072 + 512 positions of Gemma 3: 4.25, not the 8 a power of two
+    /// would take; the one place this default is written; `docs/bench/long/README.md`
     /// measured the choice).
     pub fn default_rope_scaling(&self, context: usize) -> RopeScaling {
         let trained = self.trained_context().max(1);
         if context <= trained {
             return RopeScaling::None;
         }
-        let factor = context.div_ceil(trained).next_power_of_two() as f64;
-        LONG_CONTEXT_SCALING(factor)
+        let quarters = (4 * context).div_ceil(trained);
+        LONG_CONTEXT_SCALING(quarters as f64 / 4.0)
     }
 
     /// What layer `layer` does (norms, activation, RoPE, attention kind).

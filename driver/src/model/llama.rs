@@ -570,10 +570,11 @@ mod tests {
         let g = Config::gemma3_270m();
         assert_eq!(g.default_rope_scaling(32_768), RopeScaling::None);
         let long = super::super::config::LONG_CONTEXT_SCALING;
-        assert_eq!(g.default_rope_scaling(32_769), long(2.0));
+        assert_eq!(g.default_rope_scaling(32_769), long(1.25));
         assert_eq!(g.default_rope_scaling(65_536), long(2.0));
         assert_eq!(g.default_rope_scaling(131_072), long(4.0));
-        assert_eq!(g.default_rope_scaling(131_073), long(8.0));
+        assert_eq!(g.default_rope_scaling(131_073), long(4.25));
+        assert_eq!(g.default_rope_scaling(131_072 + 512), long(4.25));
         // Measured from the trained context, whatever scaling is in effect.
         let scaled = g.with_rope_scale(4.0).expect("scale");
         assert_eq!(scaled.default_rope_scaling(32_768), RopeScaling::None);
