@@ -23,6 +23,19 @@ from .shard import _DumpShard, _Shard, _Stale
 _INSERTABLE = (qkindex.AttentionIndex, qkindex.FlatIndex)
 
 
+def _wait_ready(handles):
+    """Each shard's `info()` once every actor (all replicas) has built or opened its index; on any
+    error the actors already started are ended and the error is raised."""
+    try:
+        refs = [[h.info.remote() for h in hs] for hs in handles]  # all build at once
+        return [ray.get(r) for r in refs]
+    except BaseException:
+        for hs in handles:
+            for h in hs:
+                ray.kill(h, no_restart=True)
+        raise
+
+
 class ShardLostError(RuntimeError):
     """A shard whose every replica died beyond Ray's restarts: its keys are unreachable, so no
     answer is given (a partial top-k or attention would be silently wrong)."""
@@ -149,15 +162,7 @@ class ShardedIndex:
         # Wait for every actor to finish building (or opening) before the first call, so that
         # a build error (ValueError naming the parameter, FormatError naming the file) surfaces
         # here; the actors already started are ended then.
-        try:
-            refs = [[h.info.remote() for h in hs] for hs in handles]  # all build at once
-            infos = [ray.get(r) for r in refs]
-        except BaseException:
-            for hs in handles:
-                for h in hs:
-                    ray.kill(h, no_restart=True)
-            raise
-        return handles, infos
+        return handles, _wait_ready(handles)
 
     @classmethod
     def build(
@@ -510,14 +515,7 @@ class ShardedDump(ShardedIndex):
             files_per_shard.append(files)
             handles.append([actor.remote(files, lo, hi - lo, group, mmap)
                             for _ in range(replicas)])
-        try:
-            refs = [[h.info.remote() for h in hs] for hs in handles]
-            infos = [ray.get(r) for r in refs]
-        except BaseException:
-            for hs in handles:
-                for h in hs:
-                    ray.kill(h, no_restart=True)
-            raise
+        infos = _wait_ready(handles)
         records = [_ShardRecord(lo, hi - lo, hs, pinned=(files,))
                    for (lo, hi), hs, files in zip(bounds, handles, files_per_shard)]
         dump = cls(records, dim=infos[0][0]["dim"], spec=built.spec, kind=infos[0][0]["kind"],
