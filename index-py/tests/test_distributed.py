@@ -86,7 +86,7 @@ def test_merges_are_exact_without_ray():
 def test_flat_shards_equal_the_whole_head(cluster, head):
     keys, _, queries, _ = head
     whole = qkindex.FlatIndex.build(keys).search(queries, k=20)
-    # SPREAD is best effort (Ray placed all three on one node in 1 of ~5 runs); one CPU per
+    # SPREAD is best effort (Ray placed all three on one node in one run here); one CPU per
     # actor on nodes of 1, 2 and 2 CPUs makes the spread certain.
     sharded = qd.ShardedIndex.build("flat", keys, shards=3, actor_options={"num_cpus": 1})
     try:
