@@ -22,6 +22,9 @@ pub struct Array<T> {
 /// (numpy writes 128 bytes for the arrays read here).
 const HEADER_PEEK: u64 = 65_536;
 
+/// How deep brackets may nest in a header (see [`check_header_size`]).
+const MAX_HEADER_DEPTH: usize = 8;
+
 /// Reads the header's shape and checks that it fits the file before `npyz` sees it (a crafted
 /// shape whose product overflows must be an error, not a panic or a wrapped size). `head` is
 /// the start of the file (its first [`HEADER_PEEK`] bytes, or all of it), `len` its length.
@@ -62,6 +65,25 @@ fn check_header_size(path: &Path, head: &[u8], len: u64) -> Result<()> {
         )));
     };
     let header = header.strip_suffix(b"\n").unwrap_or(header);
+    // The Python literal parser (`npyz` parses with it too) backtracks exponentially in the
+    // depth of unclosed brackets: a 300-byte header holding 57 `{` ran for minutes (found by
+    // fuzzing). numpy's headers of the dtypes read here nest 2 deep.
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for b in header {
+        match b {
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    if deepest > MAX_HEADER_DEPTH {
+        return Err(bad(format!(
+            "brackets nested {deepest} deep (at most {MAX_HEADER_DEPTH})"
+        )));
+    }
     let text = std::str::from_utf8(header).map_err(|_| bad("header is not UTF-8".into()))?;
     let value: py_literal::Value = text
         .parse()
@@ -367,6 +389,29 @@ mod tests {
         let dict = "{'descr': '<f4', 'fortran_order': False, \
                     'shape': (0, 4294967296, 4294967296)}";
         assert!(header_error(&npy_bytes(1, dict, &[])).contains("overflows"));
+    }
+
+    /// Found by fuzzing: the parser backtracks exponentially in the nesting depth of unclosed
+    /// brackets (this header ran for minutes); such headers are refused before any parse,
+    /// in the shape or anywhere else (`npyz` parses the whole header).
+    #[test]
+    fn deeply_nested_headers_are_refused_before_parsing() {
+        let braces = "{".repeat(57);
+        for dict in [
+            format!("{{'descr': '<f2', 'fortran_order': False, 'shape': (2, 5,{braces} 4), }}"),
+            format!("{{'descr': {braces}, 'fortran_order': False, 'shape': (1,), }}"),
+        ] {
+            let reason = header_error(&npy_bytes(1, &dict, &[0; 4]));
+            assert!(reason.contains("nested"), "{reason}");
+        }
+        // Eight levels still parse (and give the error of what they hold).
+        let dict = format!(
+            "{{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': {}{}}}",
+            "[".repeat(7),
+            "]".repeat(7)
+        );
+        let a = parse_f32(Path::new("x.npy"), &npy_bytes(1, &dict, &[0; 4])).expect("8 deep");
+        assert_eq!(a.shape, vec![1]);
     }
 
     #[test]
