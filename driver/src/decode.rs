@@ -283,6 +283,50 @@ impl<'m> Decoder<'m> {
     }
 }
 
+/// One decode step of several sequences at once ([`Llama::forward_batch`]): `tokens[i]` is
+/// fed to `decoders[i]`; returns each one's logits of the next token, as [`Decoder::step`]
+/// would. The decoders must share one model. The batch's time counts as a step of each
+/// decoder (the latency each sequence sees); `timings` gets the batch's split.
+pub fn step_batch(
+    decoders: &mut [Decoder<'_>],
+    tokens: &[u32],
+    timings: &mut Timings,
+) -> Result<Vec<Vec<f32>>, ModelError> {
+    let Some(first) = decoders.first() else {
+        return Ok(Vec::new());
+    };
+    let llama = first.llama;
+    if decoders.iter().any(|d| !std::ptr::eq(d.llama, llama)) {
+        return Err(ModelError::InvalidParam {
+            name: "batch",
+            value: format!("{} decoders", decoders.len()),
+            reason: "the decoders of a batch must share one model",
+        });
+    }
+    let t0 = Instant::now();
+    let (caches, policies): (Vec<_>, Vec<_>) = decoders
+        .iter_mut()
+        .map(|d| {
+            let policy = d
+                .retrieval
+                .as_mut()
+                .map(|r| r as &mut dyn crate::model::DecodeAttention);
+            (&mut d.cache, policy)
+        })
+        .unzip();
+    let hidden = llama.forward_batch(tokens, caches, policies, timings)?;
+    let logits = llama.logits_batch(&hidden, timings)?;
+    let wall = t0.elapsed();
+    for d in decoders.iter_mut() {
+        d.wall += wall;
+        d.steps += 1;
+    }
+    Ok(logits
+        .chunks_exact(llama.cfg.vocab_size)
+        .map(<[f32]>::to_vec)
+        .collect())
+}
+
 /// `log softmax` of logits, in f64.
 pub fn log_softmax(logits: &[f32]) -> Vec<f64> {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;

@@ -38,6 +38,8 @@ enum Command {
     DecodeBench(cmd::decode_bench::DecodeBenchArgs),
     /// Perplexity, agreement with full attention, mass and latency of attention policies.
     Eval(cmd::eval::EvalArgs),
+    /// Decode throughput of several sequences at once (each its own cache and indexes).
+    Batch(cmd::batch::BatchArgs),
     /// Passkey retrieval (a number hidden in filler text) under attention policies.
     Passkey(cmd::passkey::PasskeyArgs),
     /// RULER-style long-context tasks (needles, variable tracking, common words) under policies.
@@ -135,6 +137,7 @@ fn run() -> anyhow::Result<()> {
     match cli.command {
         Command::Demo(args) => cmd::demo::run(args, &devices),
         Command::Eval(args) => cmd::eval::run(args, &devices),
+        Command::Batch(args) => cmd::batch::run(args, &devices),
         Command::DecodeBench(args) => cmd::decode_bench::run(args, &devices),
         Command::Passkey(args) => cmd::passkey::run(args, &devices),
         Command::Tasks(args) => cmd::tasks::run(args, &devices),

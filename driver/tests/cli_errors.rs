@@ -127,3 +127,21 @@ fn inspect_says_it_did_not_verify_and_verify_finds_the_flipped_byte() {
     assert!(err.contains("header checksum mismatch"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn batch_rejects_empty_batches_and_steps_before_loading_the_model() {
+    let err = user_error(&qkindex(&["batch", "--batch", "1,0"]));
+    assert!(err.contains("--batch"), "{err}");
+    let err = user_error(&qkindex(&["batch", "--new", "0"]));
+    assert!(err.contains("--new"), "{err}");
+    let err = user_error(&qkindex(&["batch", "--context", "10", "--new", "9"]));
+    assert!(err.contains("--context"), "{err}");
+    // An unknown KV cache type is a usage error naming the choices.
+    let o = qkindex(&["eval", "--kv-cache", "f8"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("f32 or f16"),
+        "{}",
+        text(&o.stderr)
+    );
+}

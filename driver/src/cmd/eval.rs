@@ -40,6 +40,8 @@ pub struct EvalResult {
     pub config: PolicyConfig,
     pub context: usize,
     pub continuation: usize,
+    /// What exact attention read keys and values in (`--kv-cache`).
+    pub kv_cache: String,
     pub ppl: f64,
     /// Share of steps whose argmax equals `full`'s (None without the reference run).
     pub top1_agreement: Option<f64>,
@@ -271,6 +273,7 @@ fn run_policy(
         policy: cfg.kind.name().to_string(),
         config: cfg.clone(),
         context: ctx,
+        kv_cache: m.llama.kv_dtype().to_string(),
         continuation: cont,
         ppl: (nll / n).exp(),
         top1_agreement: has_ref.then(|| agree as f64 / n),

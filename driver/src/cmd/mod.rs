@@ -1,6 +1,7 @@
 //! One module per subcommand of the `qkindex` binary; `model_args.rs` and `policy_args.rs` hold
 //! the arguments several subcommands share, and this file the text they share.
 
+pub mod batch;
 pub mod bench;
 pub mod build;
 pub mod decode_bench;

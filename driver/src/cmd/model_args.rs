@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 use qkindex_driver::devices::Devices;
+use qkindex_driver::model::cache::KvDtype;
 use qkindex_driver::model::config::{RopeScaling, MAX_DEFAULT_SCALING};
 use qkindex_driver::model::{Model, ModelError, KNOWN_MODELS};
 
@@ -42,6 +43,12 @@ pub struct ModelArgs {
     /// that, name one; measured: docs/bench/long/README.md).
     #[arg(long, value_name = "MODE", value_parser = parse_rope_scaling)]
     pub rope_scaling: Option<RopeScaling>,
+    /// What exact attention reads keys and values in on the CPU: `f32`, or `f16` (a half-precision
+    /// copy of the cache beside the f32 one that indexes and policies read: a decode step's
+    /// exact attention streams half the bytes, as llama.cpp's default f16 cache; the cache takes
+    /// 1.5× the memory).
+    #[arg(long, value_name = "TYPE", default_value = "f32")]
+    pub kv_cache: KvDtype,
 }
 
 fn parse_rope_scaling(s: &str) -> Result<RopeScaling, String> {
@@ -65,16 +72,20 @@ impl ModelArgs {
             (None, Some(f)) => RopeScaling::Ntk(f),
             (None, None) => RopeScaling::None,
         };
-        let m = m
+        let mut m = m
             .with_rope_scaling(scaling)
             .context("scaling the model's RoPE")?;
-        let scale = match m.llama.cfg.rope_scaling() {
+        m.llama.set_kv_dtype(self.kv_cache);
+        let mut scale = match m.llama.cfg.rope_scaling() {
             RopeScaling::None => String::new(),
             s => format!(
                 ", RoPE scaling {s} (context {})",
                 m.llama.cfg.context_length
             ),
         };
+        if self.kv_cache == KvDtype::F16 {
+            scale.push_str(", f16 KV cache for exact attention");
+        }
         eprintln!(
             "loaded {} ({} layers{scale}) from {} in {:.2} s",
             describe(&m),

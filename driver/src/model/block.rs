@@ -99,16 +99,33 @@ impl<B: Backend> Activations<B> {
     }
 }
 
-/// One forward call as the layers see it: `rows` tokens at positions `pos0..`.
-pub(crate) struct Step<'s, 'c> {
+/// One sequence of a forward call: its next `rows` rows are its tokens at positions
+/// `cache.len()..`.
+pub(crate) struct Lane<'s> {
+    pub cache: &'s mut KvCache,
+    /// Computes the attention of one-token lanes (decode steps) on global layers.
+    pub policy: Option<&'s mut dyn DecodeAttention>,
+    pub rows: usize,
+}
+
+/// One forward call as the layers see it: `rows` tokens, the rows of one sequence (a prefill
+/// or a decode step) or of several ([`Lane`]s, in order: a decode step of a batch). The
+/// projections and the MLP run on all rows at once; RoPE, the cache and attention per lane.
+pub(crate) struct Step<'s, 'c, 'l> {
     pub cfg: &'s Config,
     pub rows: usize,
-    pub pos0: usize,
-    pub cache: &'s mut KvCache,
+    pub lanes: Vec<Lane<'l>>,
+    /// Calls of one lane only.
     pub capture: Option<&'s mut CaptureFn<'c>>,
-    /// Computes the attention of one-token calls (decode steps) on global layers.
-    pub policy: Option<&'s mut dyn DecodeAttention>,
     pub timer: Timer<'s>,
+}
+
+/// The buffers of one lane's attention: its rows of q, k, v and of the output.
+struct LaneBufs<'x, B: Backend> {
+    q: &'x mut B::Buf,
+    k: &'x mut B::Buf,
+    v: &'x B::Buf,
+    out: &'x mut B::Buf,
 }
 
 impl<T> Attention<T> {
@@ -120,10 +137,10 @@ impl<T> Attention<T> {
         spec: &LayerSpec,
         (layer, rope): (usize, usize),
         a: &mut Activations<B>,
-        s: &mut Step<'_, '_>,
+        s: &mut Step<'_, '_, '_>,
     ) -> Result<()> {
         let c = s.cfg;
-        let (n, pos0, hd) = (s.rows, s.pos0, c.head_dim);
+        let (n, hd) = (s.rows, c.head_dim);
         let (q_dim, kv_dim) = (c.q_dim(), c.kv_dim());
         b.linear(&a.h, n, &self.wq, (q_dim, c.dim), &mut a.q)?;
         b.linear(&a.h, n, &self.wk, (kv_dim, c.dim), &mut a.k)?;
@@ -140,45 +157,58 @@ impl<T> Attention<T> {
                 s.timer.lap(Part::Other);
             }
         }
-        b.rope(&mut a.q, (n, c.n_heads, hd), pos0, rope)?;
-        b.rope(&mut a.k, (n, c.n_kv_heads, hd), pos0, rope)?;
-        let heads = c.heads();
-        let (k_host, v_host) = b.append_kv(layer, &a.k, &a.v, s.cache, heads, pos0)?;
-        // Policies (retrieval attention) apply to global layers; a window has nothing to retrieve.
-        let policy = match spec.attention {
-            AttentionKind::Global => s.policy.as_deref_mut().filter(|_| n == 1),
-            AttentionKind::SlidingWindow(_) => None,
-        };
-        let q_host = if s.capture.is_some() || policy.is_some() {
-            b.to_host(&a.q)?
+        if let [lane] = s.lanes.as_mut_slice() {
+            let bufs = LaneBufs::<B> {
+                q: &mut a.q,
+                k: &mut a.k,
+                v: &a.v,
+                out: &mut a.att,
+            };
+            attend_lane(
+                b,
+                c,
+                spec,
+                (layer, rope),
+                bufs,
+                lane,
+                &mut s.capture,
+                &mut s.timer,
+            )?;
         } else {
-            Default::default()
-        };
-        if let Some(cb) = s.capture.as_deref_mut() {
-            cb(LayerCapture {
-                layer,
-                pos0,
-                n,
-                q: &q_host,
-                k: &k_host,
-                v: &v_host,
-            });
-        }
-        s.timer.lap(Part::Other);
-        match policy {
-            Some(p) => b.policy_attention(layer, &a.q, &q_host, s.cache, pos0, p, &mut a.att)?,
-            None => {
-                let window = spec.attention.window();
-                // A layer that keeps only its window holds positions from `first` on: the
-                // attention sees them from row 0 (positions only matter relative to each other).
-                let rel = pos0 - s.cache.first_position(layer);
-                b.attention(layer, &a.q, s.cache, heads, (n, rel), window, &mut a.att)?
+            // Several sequences: each lane's rows to and from buffers of their own (a decode
+            // step's few rows; cheap copies on the CPU).
+            let (q_all, k_all, v_all) = (b.to_host(&a.q)?, b.to_host(&a.k)?, b.to_host(&a.v)?);
+            let (q_all, k_all, v_all) =
+                (q_all.into_owned(), k_all.into_owned(), v_all.into_owned());
+            let mut att = Vec::with_capacity(n * q_dim);
+            let mut r0 = 0;
+            for lane in s.lanes.iter_mut() {
+                let r1 = r0 + lane.rows;
+                let mut q = b.upload(&q_all[r0 * q_dim..r1 * q_dim])?;
+                let mut k = b.upload(&k_all[r0 * kv_dim..r1 * kv_dim])?;
+                let v = b.upload(&v_all[r0 * kv_dim..r1 * kv_dim])?;
+                let mut out = b.alloc(lane.rows * q_dim)?;
+                let bufs = LaneBufs::<B> {
+                    q: &mut q,
+                    k: &mut k,
+                    v: &v,
+                    out: &mut out,
+                };
+                attend_lane(
+                    b,
+                    c,
+                    spec,
+                    (layer, rope),
+                    bufs,
+                    lane,
+                    &mut None,
+                    &mut s.timer,
+                )?;
+                att.extend_from_slice(&b.download(out)?);
+                r0 = r1;
             }
+            a.att = b.upload(&att)?;
         }
-        s.timer.lap(match spec.attention {
-            AttentionKind::Global => Part::Attention,
-            AttentionKind::SlidingWindow(_) => Part::AttentionLocal,
-        });
         b.linear(&a.att, n, &self.wo, (c.dim, q_dim), &mut a.h)?;
         s.timer.lap(Part::Matmul);
         Ok(())
@@ -200,6 +230,63 @@ impl<T> Attention<T> {
     }
 }
 
+/// RoPE, the cache append, the capture and the attention of one lane's rows (`bufs`): the
+/// rest of [`Attention::forward`] after the projections.
+#[allow(clippy::too_many_arguments)]
+fn attend_lane<B: Backend>(
+    b: &mut B,
+    c: &Config,
+    spec: &LayerSpec,
+    (layer, rope): (usize, usize),
+    bufs: LaneBufs<'_, B>,
+    lane: &mut Lane<'_>,
+    capture: &mut Option<&mut CaptureFn<'_>>,
+    timer: &mut Timer<'_>,
+) -> Result<()> {
+    let LaneBufs { q, k, v, out } = bufs;
+    let (n, pos0) = (lane.rows, lane.cache.len());
+    let (hd, heads) = (c.head_dim, c.heads());
+    b.rope(q, (n, c.n_heads, hd), pos0, rope)?;
+    b.rope(k, (n, c.n_kv_heads, hd), pos0, rope)?;
+    let (k_host, v_host) = b.append_kv(layer, k, v, lane.cache, heads, pos0)?;
+    // Policies (retrieval attention) apply to global layers; a window has nothing to retrieve.
+    let policy = match spec.attention {
+        AttentionKind::Global => lane.policy.as_deref_mut().filter(|_| n == 1),
+        AttentionKind::SlidingWindow(_) => None,
+    };
+    let q_host = if capture.is_some() || policy.is_some() {
+        b.to_host(q)?
+    } else {
+        Default::default()
+    };
+    if let Some(cb) = capture.as_deref_mut() {
+        cb(LayerCapture {
+            layer,
+            pos0,
+            n,
+            q: &q_host,
+            k: &k_host,
+            v: &v_host,
+        });
+    }
+    timer.lap(Part::Other);
+    match policy {
+        Some(p) => b.policy_attention(layer, q, &q_host, lane.cache, pos0, p, out)?,
+        None => {
+            let window = spec.attention.window();
+            // A layer that keeps only its window holds positions from `first` on: the
+            // attention sees them from row 0 (positions only matter relative to each other).
+            let rel = pos0 - lane.cache.first_position(layer);
+            b.attention(layer, q, lane.cache, heads, (n, rel), window, out)?
+        }
+    }
+    timer.lap(match spec.attention {
+        AttentionKind::Global => Part::Attention,
+        AttentionKind::SlidingWindow(_) => Part::AttentionLocal,
+    });
+    Ok(())
+}
+
 impl<T> Mlp<T> {
     /// `a.h = down(act(gate(a.h)) · up(a.h))`.
     fn forward<B: Backend<Tensor = T>>(
@@ -207,7 +294,7 @@ impl<T> Mlp<T> {
         b: &mut B,
         spec: &LayerSpec,
         a: &mut Activations<B>,
-        s: &mut Step<'_, '_>,
+        s: &mut Step<'_, '_, '_>,
     ) -> Result<()> {
         let (n, dim, ffn) = (s.rows, s.cfg.dim, s.cfg.ffn_dim);
         b.linear(&a.h, n, &self.gate, (ffn, dim), &mut a.gate)?;
@@ -245,7 +332,7 @@ impl<T> Block<T> {
         b: &mut B,
         (layer, rope): (usize, usize),
         a: &mut Activations<B>,
-        s: &mut Step<'_, '_>,
+        s: &mut Step<'_, '_, '_>,
     ) -> Result<()> {
         let (rows_dim, eps) = ((s.rows, s.cfg.dim), s.cfg.rms_eps);
         match self.spec.norms {

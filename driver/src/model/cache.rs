@@ -1,6 +1,43 @@
 //! The KV cache of a sequence: the host copy every backend keeps canonical.
 
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
 use super::backend::Heads;
+
+/// The element type exact attention reads keys and values in on the CPU.
+///
+/// `F16` keeps a half-precision copy of every layer beside the f32 cache (policies, captures and
+/// indexes still read f32): a decode step's exact attention streams half the bytes (it is
+/// memory-bound: SmolLM2 at 8K reads 377 MB of f32 keys and values per token), as llama.cpp's
+/// default f16 cache does. The cost is half again the cache's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvDtype {
+    #[default]
+    F32,
+    F16,
+}
+
+impl std::str::FromStr for KvDtype {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "f32" => Ok(KvDtype::F32),
+            "f16" => Ok(KvDtype::F16),
+            _ => Err(format!("unknown KV cache type {s:?}: f32 or f16")),
+        }
+    }
+}
+
+impl std::fmt::Display for KvDtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            KvDtype::F32 => "f32",
+            KvDtype::F16 => "f16",
+        })
+    }
+}
 
 /// The KV cache of a sequence: per layer, `n_kv_heads` blocks of row-major `rows × head_dim`
 /// keys (post-RoPE) and values, `rows` = `capacity` for a layer that keeps every position.
@@ -21,6 +58,9 @@ pub struct KvCache {
     len: usize,
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
+    /// The f16 copy of `k` and `v`, same layout ([`KvDtype::F16`]); empty otherwise.
+    k16: Vec<Vec<f16>>,
+    v16: Vec<Vec<f16>>,
     /// Per layer: `Some(w)` where the layer keeps only its window of `w` keys.
     windows: Vec<Option<usize>>,
     /// Per layer: the rows of each KV head's block.
@@ -42,6 +82,8 @@ impl Clone for KvCache {
             len: self.len,
             k: self.k.clone(),
             v: self.v.clone(),
+            k16: self.k16.clone(),
+            v16: self.v16.clone(),
             windows: self.windows.clone(),
             rows: self.rows.clone(),
             first: self.first.clone(),
@@ -85,10 +127,40 @@ impl KvCache {
             len: 0,
             k: blocks(),
             v: blocks(),
+            k16: Vec::new(),
+            v16: Vec::new(),
             windows,
             first: vec![0; rows.len()],
             rows,
         }
+    }
+
+    /// The same cache keeping an f16 copy of its keys and values from now on (those already
+    /// written converted), for exact attention ([`KvDtype::F16`]).
+    pub(crate) fn with_f16_copy(mut self) -> Self {
+        let half = |blocks: &[Vec<f32>]| -> Vec<Vec<f16>> {
+            blocks
+                .iter()
+                .map(|b| b.iter().map(|&x| f16::from_f32(x)).collect())
+                .collect()
+        };
+        self.k16 = half(&self.k);
+        self.v16 = half(&self.v);
+        self
+    }
+
+    /// The element type exact attention reads ([`KvCache::layer_f16`] when `F16`).
+    pub fn dtype(&self) -> KvDtype {
+        if self.k16.is_empty() {
+            KvDtype::F32
+        } else {
+            KvDtype::F16
+        }
+    }
+
+    /// The f16 copy of [`KvCache::layer`] (same layout), where the cache keeps one.
+    pub fn layer_f16(&self, layer: usize) -> Option<(&[f16], &[f16])> {
+        Some((self.k16.get(layer)?, self.v16.get(layer)?))
     }
 
     /// The rows of each KV head's block of `layer` (`capacity` unless the layer keeps only its
@@ -144,6 +216,12 @@ impl KvCache {
                     let base = g * block * hd;
                     self.k[layer].copy_within(base + from..base + to, base);
                     self.v[layer].copy_within(base + from..base + to, base);
+                    if let (Some(k16), Some(v16)) =
+                        (self.k16.get_mut(layer), self.v16.get_mut(layer))
+                    {
+                        k16.copy_within(base + from..base + to, base);
+                        v16.copy_within(base + from..base + to, base);
+                    }
                 }
                 self.first[layer] = keep_from;
             }
@@ -158,11 +236,27 @@ impl KvCache {
                 vc[dst..dst + hd].copy_from_slice(&v[src..src + hd]);
             }
         }
+        if let (Some(k16), Some(v16)) = (self.k16.get_mut(layer), self.v16.get_mut(layer)) {
+            for g in 0..n_kv {
+                let at = (g * block + pos0) * hd;
+                let span = at..at + n * hd;
+                k16[span.clone()].convert_from_f32_slice(&self.k[layer][span.clone()]);
+                v16[span.clone()].convert_from_f32_slice(&self.v[layer][span]);
+            }
+        }
     }
 
     /// Sets the number of filled positions (after a backend wrote them).
     pub(crate) fn set_len(&mut self, len: usize) {
         self.len = len;
+    }
+
+    /// Bytes of the cache's blocks (f32, and the f16 copy where kept), allocated for its
+    /// capacity.
+    pub fn bytes(&self) -> usize {
+        let f32s: usize = self.k.iter().chain(&self.v).map(Vec::len).sum();
+        let f16s: usize = self.k16.iter().chain(&self.v16).map(Vec::len).sum();
+        4 * f32s + 2 * f16s
     }
 
     /// Number of positions filled.
@@ -201,15 +295,20 @@ impl KvCache {
                 None => capacity,
             })
             .collect();
-        let regrow = |blocks: &Vec<Vec<f32>>| -> Vec<Vec<f32>> {
+        fn regrow<T: Copy + Default>(
+            c: &KvCache,
+            rows: &[usize],
+            head_dim: usize,
+            blocks: &[Vec<T>],
+        ) -> Vec<Vec<T>> {
             blocks
                 .iter()
                 .enumerate()
                 .map(|(l, layer)| {
-                    let (old, new) = (self.rows[l], rows[l]);
+                    let (old, new) = (c.rows[l], rows[l]);
                     let groups = layer.len() / (old * head_dim).max(1);
-                    let mut out = vec![0f32; groups * new * head_dim];
-                    let len = (self.len - self.first[l]) * head_dim;
+                    let mut out = vec![T::default(); groups * new * head_dim];
+                    let len = (c.len - c.first[l]) * head_dim;
                     for g in 0..groups {
                         let (src, dst) = (g * old * head_dim, g * new * head_dim);
                         out[dst..dst + len].copy_from_slice(&layer[src..src + len]);
@@ -217,13 +316,15 @@ impl KvCache {
                     out
                 })
                 .collect()
-        };
+        }
         KvCache {
             id: next_cache_id(),
             capacity,
             len: self.len,
-            k: regrow(&self.k),
-            v: regrow(&self.v),
+            k: regrow(self, &rows, head_dim, &self.k),
+            v: regrow(self, &rows, head_dim, &self.v),
+            k16: regrow(self, &rows, head_dim, &self.k16),
+            v16: regrow(self, &rows, head_dim, &self.v16),
             windows: self.windows.clone(),
             rows,
             first: self.first.clone(),

@@ -16,8 +16,11 @@ use super::qtensor::{linear_blocks, HostTensor};
 #[derive(Debug)]
 pub struct CpuBackend<'m> {
     pub ropes: &'m [Rope],
-    /// The 8-bit activation of the current matrix-vector product (reused by every layer).
-    q8: Q8Act,
+    /// The 8-bit activations of the current matrix-vector products (reused by every layer).
+    q8: Vec<Q8Act>,
+    /// Whether calls of several rows are matvecs (a decode step of several sequences) rather
+    /// than GEMMs (a prefill).
+    matvecs: bool,
 }
 
 impl<'m> CpuBackend<'m> {
@@ -25,7 +28,17 @@ impl<'m> CpuBackend<'m> {
     pub fn new(ropes: &'m [Rope]) -> Self {
         CpuBackend {
             ropes,
-            q8: Q8Act::default(),
+            q8: Vec::new(),
+            matvecs: false,
+        }
+    }
+
+    /// A backend for a decode step of several sequences, one row each: its products are
+    /// matvecs, each row's the one it gets alone.
+    pub fn for_batch_step(ropes: &'m [Rope]) -> Self {
+        CpuBackend {
+            matvecs: true,
+            ..Self::new(ropes)
         }
     }
 }
@@ -94,8 +107,9 @@ impl Backend for CpuBackend<'_> {
         y: &mut Vec<f32>,
     ) -> Result<()> {
         match w {
+            HostTensor::F32(w) if self.matvecs => ops::linear_matvecs(x, rows, w, out, inp, y),
             HostTensor::F32(w) => ops::linear(x, rows, w, out, inp, y),
-            HostTensor::Blocks(q) => linear_blocks(q, x, rows, &mut self.q8, y),
+            HostTensor::Blocks(q) => linear_blocks(q, x, rows, &mut self.q8, y, self.matvecs),
         }
         Ok(())
     }
@@ -163,8 +177,13 @@ impl Backend for CpuBackend<'_> {
             capacity: cache.layer_rows(layer),
             window,
         };
-        let (kc, vc) = cache.layer(layer);
-        ops::attention(q, kc, vc, shape, pos0, rows, out);
+        match cache.layer_f16(layer) {
+            Some((kc, vc)) => ops::attention(q, kc, vc, shape, pos0, rows, out),
+            None => {
+                let (kc, vc) = cache.layer(layer);
+                ops::attention(q, kc, vc, shape, pos0, rows, out)
+            }
+        }
         Ok(())
     }
 

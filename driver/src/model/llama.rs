@@ -14,8 +14,8 @@ use std::time::Instant;
 
 use super::arch::EmbedScale;
 use super::backend::{Backend, ModelDevice, Part, Timer, Timings};
-use super::block::{Activations, Step};
-use super::cache::KvCache;
+use super::block::{Activations, Lane, Step};
+use super::cache::{KvCache, KvDtype};
 use super::config::{Config, RopeScaling};
 use super::cpu::CpuBackend;
 use super::error::{ModelError, Result};
@@ -86,6 +86,7 @@ pub struct Llama {
     w: Weights,
     ropes: RopeTables,
     device: ModelDevice,
+    kv_dtype: KvDtype,
 }
 
 impl Llama {
@@ -97,6 +98,7 @@ impl Llama {
             w,
             ropes,
             device: ModelDevice::Cpu,
+            kv_dtype: KvDtype::F32,
         }
     }
 
@@ -111,6 +113,17 @@ impl Llama {
     /// Runs forward passes on `device` from now on.
     pub fn set_device(&mut self, device: ModelDevice) {
         self.device = device;
+    }
+
+    /// Has new caches keep their keys and values for exact attention in `dtype` on the CPU
+    /// ([`KvDtype`]; the default is f32, a device backend keeps its own copy).
+    pub fn set_kv_dtype(&mut self, dtype: KvDtype) {
+        self.kv_dtype = dtype;
+    }
+
+    /// The type of new caches' exact attention ([`Llama::set_kv_dtype`]).
+    pub fn kv_dtype(&self) -> KvDtype {
+        self.kv_dtype
     }
 
     /// The device's name: "cpu", "cuda:0 (NVIDIA H200)".
@@ -149,13 +162,17 @@ impl Llama {
                 .collect(),
             ModelDevice::Cuda(_) => vec![None; self.cfg.n_layers],
         };
-        Ok(KvCache::windowed(
+        let cache = KvCache::windowed(
             &windows,
             self.cfg.n_kv_heads,
             capacity,
             self.cfg.head_dim,
             PREFILL_CHUNK,
-        ))
+        );
+        Ok(match (self.kv_dtype, &self.device) {
+            (KvDtype::F16, ModelDevice::Cpu) => cache.with_f16_copy(),
+            _ => cache,
+        })
     }
 
     /// Runs `tokens` at positions `cache.len()..` (a prefill when many, a decode step when one),
@@ -253,8 +270,27 @@ impl Llama {
             policy,
             timings,
         } = pass;
+        let lane = Lane {
+            cache,
+            // A shorter-lived trait object for the layers (`&mut dyn` is invariant).
+            policy: policy.map(|p| p as &mut dyn DecodeAttention),
+            rows: tokens.len(),
+        };
+        self.forward_lanes_on(b, w, tokens, vec![lane], capture, timings)
+    }
+
+    /// The forward pass of `lanes` (their rows of `tokens` in order) on backend `b`.
+    fn forward_lanes_on<B: Backend>(
+        &self,
+        b: &mut B,
+        w: &Weights<B::Tensor>,
+        tokens: &[u32],
+        lanes: Vec<Lane<'_>>,
+        capture: Option<&mut CaptureFn<'_>>,
+        timings: &mut Timings,
+    ) -> Result<Vec<f32>> {
         let c = &self.cfg;
-        let (rows, pos0) = (tokens.len(), cache.len());
+        let rows = tokens.len();
         let mut timer = Timer::new(timings, B::TIMES_MATMUL);
         let mut a = Activations::new(b, c, rows)?;
         b.embed(&w.embed, tokens, c.dim, &mut a.x)?;
@@ -266,11 +302,8 @@ impl Llama {
         let mut s = Step {
             cfg: c,
             rows,
-            pos0,
-            cache,
+            lanes,
             capture,
-            // A shorter-lived trait object for the layers (`&mut dyn` is invariant).
-            policy: policy.map(|p| p as &mut dyn DecodeAttention),
             timer,
         };
         for (layer, block) in w.blocks.iter().enumerate() {
@@ -278,9 +311,67 @@ impl Llama {
         }
         b.rms_norm_in_place(&mut a.x, &w.out_norm, (rows, c.dim), c.rms_eps)?;
         let hidden = b.download(a.x)?;
-        s.cache.set_len(pos0 + rows);
+        for lane in s.lanes.iter_mut() {
+            let len = lane.cache.len() + lane.rows;
+            lane.cache.set_len(len);
+        }
         s.timer.lap(Part::Other);
         Ok(hidden)
+    }
+
+    /// One decode step of several sequences at once: `tokens[i]` at position `caches[i].len()`
+    /// of sequence `i`, its decode attention from `policies[i]` where given (exact otherwise).
+    /// Returns the normed hidden rows, row-major `n × dim`, row `i` sequence `i`'s.
+    ///
+    /// On the CPU the projections, the MLP and the LM head run on all rows at once, reading
+    /// each weight once for the batch; RoPE, the caches and attention run per sequence. Each
+    /// row equals what [`Llama::forward_with`] gives that sequence alone. A device backend runs
+    /// one call per sequence.
+    pub fn forward_batch(
+        &self,
+        tokens: &[u32],
+        caches: Vec<&mut KvCache>,
+        policies: Vec<Option<&mut dyn DecodeAttention>>,
+        timings: &mut Timings,
+    ) -> Result<Vec<f32>> {
+        if caches.len() != tokens.len() || policies.len() != tokens.len() {
+            return Err(ModelError::InvalidParam {
+                name: "batch",
+                value: format!(
+                    "{} tokens, {} caches, {} policies",
+                    tokens.len(),
+                    caches.len(),
+                    policies.len()
+                ),
+                reason: "one cache and one policy slot per token",
+            });
+        }
+        for (t, cache) in tokens.iter().zip(&caches) {
+            self.check_call(std::slice::from_ref(t), cache)?;
+        }
+        match &self.device {
+            ModelDevice::Cpu => {
+                let lanes = caches
+                    .into_iter()
+                    .zip(policies)
+                    .map(|(cache, policy)| Lane {
+                        cache,
+                        policy: policy.map(|p| p as &mut dyn DecodeAttention),
+                        rows: 1,
+                    })
+                    .collect();
+                let mut cpu = CpuBackend::for_batch_step(self.ropes.tables());
+                self.forward_lanes_on(&mut cpu, &self.w, tokens, lanes, None, timings)
+            }
+            ModelDevice::Cuda(_) => {
+                let mut hidden = Vec::with_capacity(tokens.len() * self.cfg.dim);
+                for ((t, cache), policy) in tokens.iter().zip(caches).zip(policies) {
+                    let call = std::slice::from_ref(t);
+                    hidden.extend(self.forward_call(call, cache, None, policy, timings)?);
+                }
+                Ok(hidden)
+            }
+        }
     }
 
     /// Logits of normed hidden rows (row-major `rows × dim`), row-major `rows × vocab_size`; the
@@ -289,6 +380,19 @@ impl Llama {
         match &self.device {
             ModelDevice::Cpu => {
                 let mut cpu = CpuBackend::new(self.ropes.tables());
+                self.logits_on(&mut cpu, &self.w, hidden, timings)
+            }
+            ModelDevice::Cuda(cuda) => cuda.logits(self, hidden, timings),
+        }
+    }
+
+    /// [`Llama::logits`] of the rows of a decode step of several sequences
+    /// ([`Llama::forward_batch`]): each row's logits are the ones [`Llama::logits`] gives it
+    /// alone (on the CPU, matvecs reading the head once for all rows).
+    pub fn logits_batch(&self, hidden: &[f32], timings: &mut Timings) -> Result<Vec<f32>> {
+        match &self.device {
+            ModelDevice::Cpu => {
+                let mut cpu = CpuBackend::for_batch_step(self.ropes.tables());
                 self.logits_on(&mut cpu, &self.w, hidden, timings)
             }
             ModelDevice::Cuda(cuda) => cuda.logits(self, hidden, timings),
@@ -488,6 +592,63 @@ mod tests {
         assert_eq!(grown.layer_rows(0), 12);
         assert_eq!(grown.keys(0, 0, 24), win.keys(0, 0, 24));
         assert_eq!(grown.keys(5, 0, 24), win.keys(5, 0, 24));
+    }
+
+    #[test]
+    fn an_f16_cache_copy_follows_every_write_and_attends_close_to_f32() {
+        use half::f16;
+        let mut m = tiny_gemma();
+        let tokens: Vec<u32> = (0..60).map(|i| (i * 7 + 3) % 50).collect();
+        let mut tm = Timings::default();
+        assert_eq!(m.new_cache(60).expect("cache").dtype(), KvDtype::F32);
+        assert!(m.new_cache(60).expect("cache").layer_f16(0).is_none());
+        m.set_kv_dtype(KvDtype::F16);
+        assert_eq!(m.new_cache(60).expect("cache").dtype(), KvDtype::F16);
+        // Local layers keeping a window of 8 in blocks of 12 rows (calls of at most 5): they
+        // slide many times.
+        let windows: Vec<Option<usize>> =
+            (0..6).map(|l| m.cfg.layer(l).attention.window()).collect();
+        let mut c32 = KvCache::windowed(&windows, 1, 60, 24, 5);
+        let mut c16 = KvCache::windowed(&windows, 1, 60, 24, 5).with_f16_copy();
+        assert_eq!((c32.dtype(), c16.dtype()), (KvDtype::F32, KvDtype::F16));
+        let (mut want, mut got) = (Vec::new(), Vec::new());
+        let calls = (0..4)
+            .map(|i| (5 * i, 5 * i + 5))
+            .chain((20..60).map(|i| (i, i + 1)));
+        for (a, b) in calls {
+            want = m
+                .forward(&tokens[a..b], &mut c32, None, &mut tm)
+                .expect("f32");
+            got = m
+                .forward(&tokens[a..b], &mut c16, None, &mut tm)
+                .expect("f16");
+        }
+        let worst = want
+            .iter()
+            .zip(&got)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(worst > 0.0 && worst < 2e-2, "worst {worst}");
+        // The copy holds the f32 cache's keys and values rounded, for every layer, the slid
+        // local ones included, and keeps doing so in a copy with more room.
+        let check = |c: &KvCache| {
+            for l in 0..m.cfg.n_layers {
+                let (k, v) = c.layer(l);
+                let (k16, v16) = c.layer_f16(l).expect("f16 copy");
+                let rows = (c.len() - c.first_position(l)) * m.cfg.head_dim;
+                assert!(c.first_position(l) > 0 || l == 5);
+                for (x, h) in k[..rows].iter().zip(&k16[..rows]) {
+                    assert_eq!(f16::from_f32(*x), *h, "layer {l}");
+                }
+                for (x, h) in v[..rows].iter().zip(&v16[..rows]) {
+                    assert_eq!(f16::from_f32(*x), *h, "layer {l}");
+                }
+            }
+        };
+        check(&c16);
+        let grown = c16.with_capacity(64, m.cfg.head_dim);
+        assert_eq!(grown.dtype(), KvDtype::F16);
+        check(&grown);
     }
 
     #[test]

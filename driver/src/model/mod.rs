@@ -72,7 +72,7 @@ use std::path::{Path, PathBuf};
 pub use arch::{Architecture, LayerSpec};
 pub use backend::{Backend, Heads, ModelDevice, Timings};
 pub use block::{Attention, Block, Mlp};
-pub use cache::KvCache;
+pub use cache::{KvCache, KvDtype};
 pub use config::{Config, RopeScaling};
 pub use cpu::CpuBackend;
 pub use cuda::CudaBackend;

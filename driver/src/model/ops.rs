@@ -42,6 +42,37 @@ pub fn linear(x: &[f32], n: usize, w: &[f32], out_dim: usize, in_dim: usize, y: 
     matmul(ym, Accum::Replace, xm, wt, 1.0f32, Par::rayon(0));
 }
 
+/// [`linear`] as `n` matvecs (a decode step of `n` sequences): each weight row is read once
+/// for all rows, and each row's result is the one [`linear`] gives it alone.
+pub fn linear_matvecs(
+    x: &[f32],
+    n: usize,
+    w: &[f32],
+    out_dim: usize,
+    in_dim: usize,
+    y: &mut [f32],
+) {
+    if n <= 1 {
+        return linear(x, n, w, out_dim, in_dim, y);
+    }
+    // Row-major `out_dim × n`, then transposed.
+    let mut yt = vec![0f32; out_dim * n];
+    yt.par_chunks_mut(64 * n).enumerate().for_each(|(c, ys)| {
+        for (j, yr) in ys.chunks_exact_mut(n).enumerate() {
+            let o = c * 64 + j;
+            let wr = &w[o * in_dim..(o + 1) * in_dim];
+            for (yv, xr) in yr.iter_mut().zip(x.chunks_exact(in_dim)) {
+                *yv = dot(xr, wr);
+            }
+        }
+    });
+    for (o, yr) in yt.chunks_exact(n).enumerate() {
+        for (r, &v) in yr.iter().enumerate() {
+            y[r * out_dim + o] = v;
+        }
+    }
+}
+
 /// Rotary embedding tables: `cos[p * half + i]`, `sin[..]` for position `p` and pair `i`, with
 /// frequency `theta^(-2i / head_dim)` (angles computed in f64, stored as f32).
 #[derive(Debug)]
@@ -186,6 +217,30 @@ const DECODE_KEY_CHUNK: usize = 1024;
 /// Stacked query rows up to which scores use dot products instead of a GEMM call.
 const SMALL_ROWS: usize = 16;
 
+/// An element type of cached keys and values: f32, read in place, or f16, converted tile by tile
+/// into a scratch buffer (where it stays in L2 while it is used).
+pub trait KvElem: Copy + Send + Sync {
+    /// `src` as f32: itself, or converted into `buf`.
+    fn tile<'a>(src: &'a [Self], buf: &'a mut Vec<f32>) -> &'a [f32];
+}
+
+impl KvElem for f32 {
+    fn tile<'a>(src: &'a [f32], _: &'a mut Vec<f32>) -> &'a [f32] {
+        src
+    }
+}
+
+impl KvElem for half::f16 {
+    fn tile<'a>(src: &'a [half::f16], buf: &'a mut Vec<f32>) -> &'a [f32] {
+        if buf.len() < src.len() {
+            buf.resize(src.len(), 0.0);
+        }
+        let out = &mut buf[..src.len()];
+        simd::f16_to_f32(src, out);
+        out
+    }
+}
+
 /// Online-softmax state of `rows` query rows over a range of keys: running max `m`, sum of
 /// exponentials `l`, unnormalized output `o` (row-major `rows × head_dim`).
 #[derive(Debug)]
@@ -198,11 +253,11 @@ struct Partial {
 /// Attention of the stacked query rows `qb` (row-major `rows × hd`) over keys `k0..k1` of one KV
 /// head (`kh`, `vh`: row-major `keys × hd`). Row `i` sees keys in `valid(i) = (lo, hi)` only (the
 /// causal mask, and a sliding window's start).
-fn attend_rows(
+fn attend_rows<T: KvElem>(
     qb: &[f32],
     hd: usize,
-    kh: &[f32],
-    vh: &[f32],
+    kh: &[T],
+    vh: &[T],
     (k0, k1): (usize, usize),
     valid: impl Fn(usize) -> (usize, usize),
     scale: f32,
@@ -214,13 +269,53 @@ fn attend_rows(
         o: vec![0f32; rows * hd],
     };
     let mut scores = vec![0f32; rows * KEY_TILE];
+    // The f16 tiles' f32 copies: one pair per thread, grown once (a decode step runs hundreds
+    // of these calls; zeroing fresh 256 KiB buffers in each cost more than f16 saved).
+    thread_local! {
+        static TILE_BUFS: std::cell::RefCell<(Vec<f32>, Vec<f32>)> =
+            const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    }
+    TILE_BUFS.with_borrow_mut(|(kbuf, vbuf)| {
+        attend_tiles(
+            qb,
+            hd,
+            kh,
+            vh,
+            (k0, k1),
+            &valid,
+            scale,
+            &mut p,
+            &mut scores,
+            kbuf,
+            vbuf,
+        )
+    });
+    p
+}
+
+/// The tile loop of [`attend_rows`], accumulating into `p`.
+#[allow(clippy::too_many_arguments)]
+fn attend_tiles<T: KvElem>(
+    qb: &[f32],
+    hd: usize,
+    kh: &[T],
+    vh: &[T],
+    (k0, k1): (usize, usize),
+    valid: &impl Fn(usize) -> (usize, usize),
+    scale: f32,
+    p: &mut Partial,
+    scores: &mut [f32],
+    kbuf: &mut Vec<f32>,
+    vbuf: &mut Vec<f32>,
+) {
+    let rows = qb.len() / hd;
     let mut t0 = k0;
     while t0 < k1 {
         let t1 = (t0 + KEY_TILE).min(k1);
         let w = t1 - t0;
         let st = &mut scores[..rows * w];
-        let kt = &kh[t0 * hd..t1 * hd];
-        let vt = &vh[t0 * hd..t1 * hd];
+        let kt = T::tile(&kh[t0 * hd..t1 * hd], kbuf);
+        let vt = T::tile(&vh[t0 * hd..t1 * hd], vbuf);
         if rows <= SMALL_ROWS {
             // Decode: a few rows; plain dot products beat a GEMM call here.
             simd::scores_small(qb, kt, hd, scale, st);
@@ -273,7 +368,6 @@ fn attend_rows(
         }
         t0 = t1;
     }
-    p
 }
 
 /// Causal grouped-query attention of `n` new queries at positions `pos0..pos0 + n` against the cached
@@ -286,11 +380,11 @@ fn attend_rows(
 /// tiles with an online softmax, never `n × n × heads`. A sliding window is computed as a
 /// window: a query block reads only the keys from its first query's window start on, so its work
 /// is `rows × (w + rows)`, not `rows × pos`. A single query block (decode) splits its keys into
-/// chunks whose partial softmaxes are merged exactly.
-pub fn attention(
+/// chunks whose partial softmaxes are merged exactly. The cache is f32 or f16 ([`KvElem`]).
+pub fn attention<T: KvElem>(
     q: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k_cache: &[T],
+    v_cache: &[T],
     s: AttnShape,
     pos0: usize,
     n: usize,
@@ -459,6 +553,48 @@ mod tests {
     }
 
     #[test]
+    fn an_f16_cache_attends_as_its_values_rounded_to_f16() {
+        use half::f16;
+        let s = AttnShape {
+            n_heads: 6,
+            n_kv_heads: 2,
+            head_dim: 16,
+            capacity: 2600,
+            window: None,
+        };
+        let n = 2500;
+        let width = s.n_heads * s.head_dim;
+        let q: Vec<f32> = (0..n * width).map(|v| (v as f32 * 0.013).sin()).collect();
+        let kc: Vec<f32> = (0..s.n_kv_heads * s.capacity * s.head_dim)
+            .map(|v| 3.0 * (v as f32 * 0.029).cos())
+            .collect();
+        let vc: Vec<f32> = (0..kc.len()).map(|v| (v as f32 * 0.007).sin()).collect();
+        let half = |x: &[f32]| -> Vec<f16> { x.iter().map(|&v| f16::from_f32(v)).collect() };
+        let back = |x: &[f16]| -> Vec<f32> { x.iter().map(|v| v.to_f32()).collect() };
+        let (k16, v16) = (half(&kc), half(&vc));
+        let (kr, vr) = (back(&k16), back(&v16));
+        // A prefill (GEMM tiles) and a decode step (several key chunks) on the f16 cache equal
+        // the same calls on its values rounded to f16 and widened back.
+        for (pos0, rows) in [(0, n), (n - 1, 1)] {
+            let qs = &q[pos0 * width..(pos0 + rows) * width];
+            let mut got = vec![0f32; rows * width];
+            attention(qs, &k16, &v16, s, pos0, rows, &mut got);
+            let mut want = vec![0f32; rows * width];
+            attention(qs, &kr, &vr, s, pos0, rows, &mut want);
+            assert_eq!(got, want, "rows {rows}");
+            // And differ from the f32 cache's by the rounding only.
+            let mut exact = vec![0f32; rows * width];
+            attention(qs, &kc, &vc, s, pos0, rows, &mut exact);
+            let worst = got
+                .iter()
+                .zip(&exact)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(worst > 0.0 && worst < 5e-3, "rows {rows}: worst {worst}");
+        }
+    }
+
+    #[test]
     fn exp_f32_is_accurate() {
         let mut worst = 0f64;
         let mut x = -87.0f32;
@@ -475,16 +611,26 @@ mod tests {
 
     #[test]
     fn linear_batch_matches_matvec() {
-        let (n, i, o) = (3, 37, 5);
+        // A GEMM, equal up to rounding; as matvecs, each row's exactly.
+        for n in [3, 11] {
+            linear_rows_match_matvec(n);
+        }
+    }
+
+    fn linear_rows_match_matvec(n: usize) {
+        let (i, o) = (37, 70);
         let x: Vec<f32> = (0..n * i).map(|v| (v as f32 * 0.37).sin()).collect();
         let w: Vec<f32> = (0..o * i).map(|v| (v as f32 * 0.11).cos()).collect();
         let mut y = vec![0f32; n * o];
         linear(&x, n, &w, o, i, &mut y);
+        let mut ym = vec![0f32; n * o];
+        linear_matvecs(&x, n, &w, o, i, &mut ym);
         for r in 0..n {
             let mut y1 = vec![0f32; o];
             linear(&x[r * i..(r + 1) * i], 1, &w, o, i, &mut y1);
             for c in 0..o {
                 assert!((y[r * o + c] - y1[c]).abs() < 1e-4);
+                assert_eq!(ym[r * o + c], y1[c]);
             }
         }
     }

@@ -87,6 +87,24 @@ fn q4k_scale_min(j: usize, p: &[u8]) -> (u8, u8) {
 /// weights' worth) with the quantized activation.
 type RowKernel = fn(&[u8], &Q8Act) -> f32;
 
+/// A kernel of one row and up to [`MANY`] activations: `out[i] = w · a_i` (`out` as long as
+/// `acts`), each the [`RowKernel`]'s value for `a_i`.
+type ManyKernel = fn(&[u8], &[Q8Act], &mut [f32]);
+
+/// Activations per call of a [`ManyKernel`].
+const MANY: usize = 4;
+
+/// The several-activation kernel of `ty` for this CPU, where there is one (Q8_0 and Q4_1 with
+/// AVX2: SmolLM2's types).
+fn many_kernel(ty: GgmlType) -> Option<ManyKernel> {
+    #[cfg(target_arch = "x86_64")]
+    if avx2::detected() {
+        return avx2::many_kernel(ty);
+    }
+    let _ = ty;
+    None
+}
+
 /// The dot product of one row of `ty` weights (`w`: `cols / block_weights` whole blocks, cols =
 /// `32 · a.blocks()`) with `a`; `None` for a type without a kernel.
 pub fn dot_row(ty: GgmlType, w: &[u8], a: &Q8Act) -> Option<f32> {
@@ -117,19 +135,65 @@ fn scalar_kernel(ty: GgmlType) -> Option<RowKernel> {
 /// bytes (ggml blocks of `ty`), `a` the quantized `x`, `y` `rows` long. Rows are split among
 /// rayon's threads. Returns `false` (writing nothing) for a type without a kernel.
 pub fn matvec(ty: GgmlType, w: &[u8], row_bytes: usize, a: &Q8Act, y: &mut [f32]) -> bool {
+    matvec_many(ty, w, row_bytes, std::slice::from_ref(a), y)
+}
+
+/// [`matvec`] of `acts.len()` vectors at once: `y[i · rows + r] = w_r · x_i` (`y` row-major
+/// `n × rows`). Each weight row is read from memory once for all `n` vectors (a decode step of
+/// several sequences), and for the types with a several-activation kernel its blocks are
+/// unpacked once for up to four of them; each product is the one [`matvec`] computes for that
+/// vector alone.
+pub fn matvec_many(
+    ty: GgmlType,
+    w: &[u8],
+    row_bytes: usize,
+    acts: &[Q8Act],
+    y: &mut [f32],
+) -> bool {
     let Some(k) = kernel(ty) else {
         return false;
     };
+    let n = acts.len();
+    let rows = y.len() / n.max(1);
     // Enough rows per task that scheduling costs little, enough tasks to balance two or more
     // threads (the LM head has 49K–262K rows, a KV projection 192).
-    let per_task = (y.len() / (8 * rayon::current_num_threads())).clamp(16, 2048);
-    y.par_chunks_mut(per_task)
+    let per_task = (rows / (8 * rayon::current_num_threads())).clamp(16, 2048);
+    if n == 1 {
+        y.par_chunks_mut(per_task)
+            .zip(w.par_chunks(per_task * row_bytes))
+            .for_each(|(ys, ws)| {
+                for (yv, row) in ys.iter_mut().zip(ws.chunks_exact(row_bytes)) {
+                    *yv = k(row, &acts[0]);
+                }
+            });
+        return true;
+    }
+    // Row-major `rows × n` per task (each task's rows contiguous), then transposed.
+    let many = many_kernel(ty);
+    let mut yt = vec![0f32; rows * n];
+    yt.par_chunks_mut(per_task * n)
         .zip(w.par_chunks(per_task * row_bytes))
         .for_each(|(ys, ws)| {
-            for (yv, row) in ys.iter_mut().zip(ws.chunks_exact(row_bytes)) {
-                *yv = k(row, a);
+            for (yr, row) in ys.chunks_exact_mut(n).zip(ws.chunks_exact(row_bytes)) {
+                match many {
+                    Some(m) => {
+                        for (yc, ac) in yr.chunks_mut(MANY).zip(acts.chunks(MANY)) {
+                            m(row, ac, yc);
+                        }
+                    }
+                    None => {
+                        for (yv, a) in yr.iter_mut().zip(acts) {
+                            *yv = k(row, a);
+                        }
+                    }
+                }
             }
         });
+    for (r, yr) in yt.chunks_exact(n).enumerate() {
+        for (i, &v) in yr.iter().enumerate() {
+            y[i * rows + r] = v;
+        }
+    }
     true
 }
 
@@ -362,6 +426,76 @@ mod avx2 {
         hsum(acc) + mins
     }
 
+    /// [`q8_0`] of one row with `R` activations at once: the row's blocks are loaded and their
+    /// signs taken once; each activation's sum is the one [`q8_0`] computes for it.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q8_0_many<const R: usize>(w: &[u8], acts: &[Q8Act], out: &mut [f32]) {
+        let acts: &[Q8Act; R] = acts[..R].try_into().expect("R activations");
+        let mut acc = [_mm256_setzero_ps(); R];
+        for (b, blk) in w.chunks_exact(34).enumerate() {
+            let x = load32(blk, 2);
+            let ax = _mm256_sign_epi8(x, x);
+            let dw = h2f(blk, 0);
+            for (acc, a) in acc.iter_mut().zip(acts) {
+                let y = act(a, b);
+                let p = mul_sum_us8(ax, _mm256_sign_epi8(y, x));
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * a.d[b]), p, *acc);
+            }
+        }
+        for (o, acc) in out.iter_mut().zip(acc) {
+            *o = hsum(acc);
+        }
+    }
+
+    /// [`q4_1`] of one row with `R` activations at once (the nibbles unpacked once).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q4_1_many<const R: usize>(w: &[u8], acts: &[Q8Act], out: &mut [f32]) {
+        let acts: &[Q8Act; R] = acts[..R].try_into().expect("R activations");
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut mins = [0f32; R];
+        for (b, blk) in w.chunks_exact(20).enumerate() {
+            let x = nibbles16(load16(blk, 4));
+            let (dw, mw) = (h2f(blk, 0), h2f(blk, 2));
+            for ((acc, mins), a) in acc.iter_mut().zip(&mut mins).zip(acts) {
+                let p = mul_sum_us8(x, act(a, b));
+                let da = a.d[b];
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * da), p, *acc);
+                let [s0, s1] = a.sums[b];
+                *mins += mw * da * (s0 + s1) as f32;
+            }
+        }
+        for ((o, acc), mins) in out.iter_mut().zip(acc).zip(mins) {
+            *o = hsum(acc) + mins;
+        }
+    }
+
+    /// The kernel of `ty` for up to [`MANY`] activations at once, where there is one.
+    pub fn many_kernel(ty: GgmlType) -> Option<ManyKernel> {
+        macro_rules! by_count {
+            ($f:ident) => {{
+                fn k(w: &[u8], acts: &[Q8Act], out: &mut [f32]) {
+                    // SAFETY: handed out only where AVX2, FMA and F16C were detected; each arm
+                    // passes at least its count of activations (a fifth and later are not read).
+                    unsafe {
+                        match acts.len() {
+                            0 => {}
+                            1 => $f::<1>(w, acts, out),
+                            2 => $f::<2>(w, acts, out),
+                            3 => $f::<3>(w, acts, out),
+                            _ => $f::<4>(w, acts, out),
+                        }
+                    }
+                }
+                k as ManyKernel
+            }};
+        }
+        Some(match ty {
+            GgmlType::Q8_0 => by_count!(q8_0_many),
+            GgmlType::Q4_1 => by_count!(q4_1_many),
+            _ => return None,
+        })
+    }
+
     /// Byte `j` of the result is `0x10` where bit `j` of `qh` is set, else 0 (ggml's
     /// `bytes_from_bits_32`, shifted to the fifth bit).
     #[inline]
@@ -592,5 +726,35 @@ mod tests {
             assert_eq!(v, want, "row {r}");
         }
         assert!(!matvec(GgmlType::F32, &w, row_bytes, &a, &mut y));
+        // Several vectors at once (the Q8_0 and Q4_1 kernels take up to four per call: five
+        // make a call of four and one of one): each row of the result is that vector's
+        // matvec, bit for bit.
+        for ty in [GgmlType::Q4K, GgmlType::Q8_0, GgmlType::Q4_1] {
+            let row_bytes = ty.bytes_for(cols as u64).expect("size") as usize;
+            let w: Vec<u8> = (0..rows)
+                .flat_map(|_| random_row(ty, cols, &mut rng))
+                .collect();
+            for n in [2, 3, 5] {
+                let acts: Vec<Q8Act> = (0..n)
+                    .map(|_| {
+                        let x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
+                        let mut a = Q8Act::default();
+                        a.quantize(&x);
+                        a
+                    })
+                    .collect();
+                let mut ys = vec![f32::NAN; n * rows];
+                assert!(matvec_many(ty, &w, row_bytes, &acts, &mut ys));
+                for (i, a) in acts.iter().enumerate() {
+                    let mut one = vec![f32::NAN; rows];
+                    assert!(matvec(ty, &w, row_bytes, a, &mut one));
+                    assert_eq!(
+                        &ys[i * rows..(i + 1) * rows],
+                        one.as_slice(),
+                        "{ty:?}: vector {i} of {n}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -139,14 +139,26 @@ fn tile_rows(cols: usize) -> usize {
 }
 
 /// `y = x · wᵀ` for a matrix in blocks: `x` row-major `n × cols`, `y` row-major `n × rows`.
-/// One row (a decode step) quantizes `x` into `q8` and runs the integer kernels; more rows
-/// multiply dequantized tiles of `w` with faer (the prefill's GEMMs).
-pub fn linear_blocks(w: &QMatrix, x: &[f32], n: usize, q8: &mut Q8Act, y: &mut [f32]) {
+/// One row (a decode step), or any number with `matvecs` (a decode step of several
+/// sequences), quantizes each row of `x` into `q8` and runs the integer kernels, reading `w`
+/// once for all rows (each row's result is the one it gets alone); otherwise the rows multiply
+/// dequantized tiles of `w` with faer (the prefill's GEMMs).
+pub fn linear_blocks(
+    w: &QMatrix,
+    x: &[f32],
+    n: usize,
+    q8: &mut Vec<Q8Act>,
+    y: &mut [f32],
+    matvecs: bool,
+) {
     debug_assert_eq!(x.len(), n * w.cols);
     debug_assert_eq!(y.len(), n * w.rows);
-    if n == 1 {
-        q8.quantize(x);
-        let ok = qdot::matvec(w.ty, &w.data, w.row_bytes(), q8, y);
+    if n == 1 || matvecs {
+        q8.resize_with(n, Q8Act::default);
+        for (a, xr) in q8.iter_mut().zip(x.chunks_exact(w.cols)) {
+            a.quantize(xr);
+        }
+        let ok = qdot::matvec_many(w.ty, &w.data, w.row_bytes(), &q8[..n], y);
         debug_assert!(ok, "blocks of a type with a kernel");
         return;
     }
@@ -198,12 +210,12 @@ mod tests {
         let mut row = vec![0f32; 64];
         t.row_into(5, &mut row);
         assert_eq!(row, &vals[5 * 64..6 * 64]);
-        for n in [1usize, 3] {
+        for (n, matvecs) in [(1usize, false), (3, false), (3, true)] {
             let x: Vec<f32> = (0..n * 64)
                 .map(|i| ((i * 13 % 17) as f32 - 8.0) / 8.0)
                 .collect();
             let mut y = vec![0f32; n * rows];
-            linear_blocks(w, &x, n, &mut Q8Act::default(), &mut y);
+            linear_blocks(w, &x, n, &mut Vec::new(), &mut y, matvecs);
             for i in 0..n {
                 for r in 0..rows {
                     let xr = &x[i * 64..(i + 1) * 64];
@@ -211,7 +223,7 @@ mod tests {
                     let want: f32 = xr.iter().zip(wr).map(|(a, b)| a * b).sum();
                     let mag: f32 = xr.iter().zip(wr).map(|(a, b)| (a * b).abs()).sum();
                     let got = y[i * rows + r];
-                    // One row goes through 8-bit activations: error below 1 % of Σ|x·w|.
+                    // Matvecs go through 8-bit activations: error below 1 % of Σ|x·w|.
                     assert!((got - want).abs() <= 1e-2 * mag, "{n} {r}: {got} vs {want}");
                 }
             }

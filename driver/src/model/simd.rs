@@ -94,28 +94,102 @@ dispatch! {
     }
 }
 
-dispatch! {
-    /// Scores of a few query rows against a key tile: `scores[i · w + j] = scale · q_i · k_j`, with
-    /// `q` row-major `rows × hd`, `keys` row-major `w × hd`, `scores` `rows × w`. One call per tile
-    /// keeps the dot products inlined (decode, where a GEMM call per tile costs more than it saves).
-    fn scores_small(q: &[f32], keys: &[f32], hd: usize, scale: f32, scores: &mut [f32]) -> () {
-        let w = keys.len() / hd;
-        for (sr, qr) in scores.chunks_exact_mut(w).zip(q.chunks_exact(hd)) {
-            for (sv, kr) in sr.iter_mut().zip(keys.chunks_exact(hd)) {
-                *sv = dot_impl(qr, kr) * scale;
-            }
+/// [`scores_small`] for exactly `R` rows: each key is read once for all rows (the same dot
+/// products, so the same results).
+#[inline(always)]
+fn scores_rows<const R: usize>(q: &[f32], keys: &[f32], hd: usize, scale: f32, scores: &mut [f32]) {
+    let w = keys.len() / hd;
+    let qs: [&[f32]; R] = std::array::from_fn(|r| &q[r * hd..(r + 1) * hd]);
+    for (j, kr) in keys.chunks_exact(hd).enumerate() {
+        for (r, qr) in qs.iter().enumerate() {
+            scores[r * w + j] = dot_impl(qr, kr) * scale;
         }
     }
 }
 
 dispatch! {
+    /// Scores of a few query rows against a key tile: `scores[i · w + j] = scale · q_i · k_j`, with
+    /// `q` row-major `rows × hd`, `keys` row-major `w × hd`, `scores` `rows × w`. One call per tile
+    /// keeps the dot products inlined (decode, where a GEMM call per tile costs more than it saves).
+    fn scores_small(q: &[f32], keys: &[f32], hd: usize, scale: f32, scores: &mut [f32]) -> () {
+        match q.len() / hd.max(1) {
+            1 => scores_rows::<1>(q, keys, hd, scale, scores),
+            2 => scores_rows::<2>(q, keys, hd, scale, scores),
+            3 => scores_rows::<3>(q, keys, hd, scale, scores),
+            4 => scores_rows::<4>(q, keys, hd, scale, scores),
+            _ => {
+                let w = keys.len() / hd;
+                for (sr, qr) in scores.chunks_exact_mut(w).zip(q.chunks_exact(hd)) {
+                    for (sv, kr) in sr.iter_mut().zip(keys.chunks_exact(hd)) {
+                        *sv = dot_impl(qr, kr) * scale;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// [`weighted_sum_small`] for exactly `R` rows: 16 columns of every row's output stay in
+/// registers while the tile's values stream past once (the axpy per key loaded and stored the
+/// output row for every key). Each output element sums the same products in the same order, so
+/// the results are the same.
+#[inline(always)]
+fn weighted_sum_rows<const R: usize>(p: &[f32], values: &[f32], hd: usize, out: &mut [f32]) {
+    let w = values.len() / hd;
+    let full = hd - hd % 16;
+    // Blocks of keys small enough to stay in L1 while each 16 columns pass over them (Gemma 3's
+    // 1,024-key tile of 256-wide values is 1 MiB).
+    for j0 in (0..w).step_by(WS_KEYS) {
+        let j1 = (j0 + WS_KEYS).min(w);
+        let vb = &values[j0 * hd..j1 * hd];
+        let ps: [&[f32]; R] = std::array::from_fn(|r| &p[r * w + j0..r * w + j1]);
+        for c in (0..full).step_by(16) {
+            let mut acc = [[0f32; 16]; R];
+            for (a, o) in acc.iter_mut().zip(out.chunks_exact(hd)) {
+                a.copy_from_slice(&o[c..c + 16]);
+            }
+            for (j, vr) in vb.chunks_exact(hd).enumerate() {
+                let v: &[f32; 16] = vr[c..c + 16].try_into().expect("16 columns");
+                for (a, pr) in acc.iter_mut().zip(&ps) {
+                    let pv = pr[j];
+                    for i in 0..16 {
+                        a[i] += pv * v[i];
+                    }
+                }
+            }
+            for (a, o) in acc.iter().zip(out.chunks_exact_mut(hd)) {
+                o[c..c + 16].copy_from_slice(a);
+            }
+        }
+        if full < hd {
+            for (pr, or) in ps.iter().zip(out.chunks_exact_mut(hd)) {
+                for (&pv, vr) in pr.iter().zip(vb.chunks_exact(hd)) {
+                    axpy_impl(&mut or[full..], pv, &vr[full..]);
+                }
+            }
+        }
+    }
+}
+
+/// Keys per block of [`weighted_sum_rows`].
+const WS_KEYS: usize = 32;
+
+dispatch! {
     /// `out_i += Σ_j p[i · w + j] · v_j` for a few rows: `p` row-major `rows × w`, `values`
     /// row-major `w × hd`, `out` `rows × hd`.
     fn weighted_sum_small(p: &[f32], values: &[f32], hd: usize, out: &mut [f32]) -> () {
-        let w = values.len() / hd;
-        for (pr, or) in p.chunks_exact(w).zip(out.chunks_exact_mut(hd)) {
-            for (&pv, vr) in pr.iter().zip(values.chunks_exact(hd)) {
-                axpy_impl(or, pv, vr);
+        match out.len() / hd.max(1) {
+            1 => weighted_sum_rows::<1>(p, values, hd, out),
+            2 => weighted_sum_rows::<2>(p, values, hd, out),
+            3 => weighted_sum_rows::<3>(p, values, hd, out),
+            4 => weighted_sum_rows::<4>(p, values, hd, out),
+            _ => {
+                let w = values.len() / hd;
+                for (pr, or) in p.chunks_exact(w).zip(out.chunks_exact_mut(hd)) {
+                    for (&pv, vr) in pr.iter().zip(values.chunks_exact(hd)) {
+                        axpy_impl(or, pv, vr);
+                    }
+                }
             }
         }
     }
@@ -163,6 +237,48 @@ dispatch! {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+fn has_f16c() -> bool {
+    use std::sync::OnceLock;
+    static DETECTED: OnceLock<bool> = OnceLock::new();
+    *DETECTED.get_or_init(|| is_x86_feature_detected!("f16c") && is_x86_feature_detected!("avx"))
+}
+
+/// `dst[i] = src[i]` widened from f16 (exact), over the shorter of the two: F16C's 8-wide
+/// conversion where the CPU has it (`half`'s slice conversion calls a function per 8 values,
+/// which cost more than the bytes it saved in decode attention), `half`'s otherwise.
+pub fn f16_to_f32(src: &[half::f16], dst: &mut [f32]) {
+    let n = src.len().min(dst.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        // SAFETY: the CPU supports F16C and AVX (run-time detection above).
+        unsafe { f16_to_f32_f16c(&src[..n], &mut dst[..n]) };
+        return;
+    }
+    use half::slice::HalfFloatSliceExt;
+    src[..n].convert_to_f32_slice(&mut dst[..n]);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "f16c,avx")]
+fn f16_to_f32_f16c(src: &[half::f16], dst: &mut [f32]) {
+    use std::arch::x86_64::{__m128i, _mm256_cvtph_ps, _mm256_storeu_ps, _mm_loadu_si128};
+    let n = src.len().min(dst.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 ≤ n ≤ both lengths, so the unaligned 16-byte load from src[i..] and
+        // 32-byte store to dst[i..] stay inside the slices; f16 is a 2-byte plain value.
+        unsafe {
+            let h = _mm_loadu_si128(src.as_ptr().add(i).cast::<__m128i>());
+            _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+        }
+        i += 8;
+    }
+    for (d, s) in dst[i..n].iter_mut().zip(&src[i..n]) {
+        *d = s.to_f32();
+    }
+}
+
 /// `2 · sqrt(2 / π)`: `gelu_tanh(x) = x · sigmoid(GELU_2C · (x + 0.044715 x³))`, which is
 /// `0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³)))` written with one exponential.
 const GELU_2C: f32 = 1.595_769;
@@ -181,6 +297,52 @@ dispatch! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn f16_widening_is_exact_on_every_path() {
+        let src: Vec<half::f16> = (0..1037)
+            .map(|i| half::f16::from_f32((i as f32 - 500.0) * 0.731))
+            .chain([
+                half::f16::INFINITY,
+                half::f16::MIN_POSITIVE_SUBNORMAL,
+                half::f16::NAN,
+            ])
+            .collect();
+        let mut dst = vec![0f32; src.len()];
+        f16_to_f32(&src, &mut dst);
+        for (s, d) in src.iter().zip(&dst) {
+            assert!(s.to_f32() == *d || (s.is_nan() && d.is_nan()), "{s} -> {d}");
+        }
+    }
+
+    #[test]
+    fn row_blocked_attention_kernels_equal_the_row_by_row_loops() {
+        for rows in 1..=6 {
+            for hd in [16usize, 24, 64, 100] {
+                let w = 77;
+                let q: Vec<f32> = (0..rows * hd).map(|i| (i as f32 * 0.37).sin()).collect();
+                let keys: Vec<f32> = (0..w * hd).map(|i| (i as f32 * 0.11).cos()).collect();
+                let mut sc = vec![0f32; rows * w];
+                scores_small(&q, &keys, hd, 0.125, &mut sc);
+                let mut out: Vec<f32> = (0..rows * hd).map(|i| i as f32 * 0.01).collect();
+                let mut want_out = out.clone();
+                weighted_sum_small(&sc, &keys, hd, &mut out);
+                for r in 0..rows {
+                    for j in 0..w {
+                        let want = dot(&q[r * hd..(r + 1) * hd], &keys[j * hd..(j + 1) * hd]);
+                        assert_eq!(sc[r * w + j], want * 0.125, "rows {rows} hd {hd}");
+                        let pv = sc[r * w + j];
+                        axpy(
+                            &mut want_out[r * hd..(r + 1) * hd],
+                            pv,
+                            &keys[j * hd..(j + 1) * hd],
+                        );
+                    }
+                }
+                assert_eq!(out, want_out, "rows {rows} hd {hd}");
+            }
+        }
+    }
 
     #[test]
     fn kernels_match_scalar() {

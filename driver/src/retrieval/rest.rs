@@ -138,6 +138,19 @@ impl RestIndex {
         }
     }
 
+    /// Bytes held: `(structure, keys)`, the index's own structure (graph, lists, codes) and
+    /// the keys it holds a copy of.
+    pub fn memory(&self) -> (usize, usize) {
+        match self {
+            RestIndex::Attention(a) => (a.memory_bytes(), a.keys().bytes()),
+            RestIndex::Flat(f) => (f.memory_bytes(), f.keys().bytes()),
+            RestIndex::Frozen { index, tail, .. } => (
+                index.memory_bytes() + tail.memory_bytes(),
+                index.key_store().bytes() + tail.keys().bytes(),
+            ),
+        }
+    }
+
     /// The keys of the kinds that serve ids `0..len()` exactly as they are.
     pub fn keys(&self) -> Option<&KeyStore> {
         match self {

@@ -122,6 +122,23 @@ impl Retrieval {
         })
     }
 
+    /// Bytes the policy's indexes hold, summed over layers and KV heads, and the keys under
+    /// them: `(structure, keys' bytes, keys)` ([`super::RestIndex::memory`]).
+    pub fn index_memory(&self) -> (usize, usize, usize) {
+        let mut total = (0, 0, 0);
+        for layer in &self.layers {
+            if let Layer::Split(heads) = layer {
+                for h in heads {
+                    if let Some(ix) = h.selector.index() {
+                        let (s, k) = ix.memory();
+                        total = (total.0 + s, total.1 + k, total.2 + ix.len());
+                    }
+                }
+            }
+        }
+        total
+    }
+
     pub fn config(&self) -> &PolicyConfig {
         &self.cfg
     }
