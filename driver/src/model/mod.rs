@@ -7,7 +7,7 @@
 //! | `error.rs` | [`ModelError`], the typed errors of everything below |
 //! | `gguf/` | GGUF reader (metadata, tensor table, mmap) and a small writer for tests |
 //! | `quant.rs` | ggml types; dequantization of F32, F16, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K |
-//! | `qdot.rs` | integer dot products of Q8_0/Q4_1/Q5_0/Q4_K/Q6_K rows with 8-bit activations (AVX2 or portable) |
+//! | `qdot.rs` | integer dot products of Q8_0/Q4_1/Q5_0/Q4_K/Q6_K rows with 8-bit activations, one or several at once (portable; `qdot/avx2.rs` the AVX2 kernels) |
 //! | `qtensor.rs` | [`HostTensor`]: f32 or a matrix kept in its GGUF blocks; the quantized linear layer |
 //! | `spm.rs` | SentencePiece segmentation from a GGUF `llama` vocabulary (Gemma 3) |
 //! | `arch.rs` | [`Architecture`] and [`LayerSpec`]: norms, q/k norm, activation, RoPE, attention kind per layer |
@@ -18,7 +18,8 @@
 //! | `backend.rs` | the [`Backend`] trait of operations; [`ModelDevice`]; [`Timings`] |
 //! | `cpu.rs` | [`CpuBackend`]: the operations on the CPU (`ops.rs`), the reference |
 //! | `cuda/` | [`CudaBackend`]: the operations on a GPU (`kernels/llama.cu`, cuBLAS), the split decode step |
-//! | `ops.rs` | CPU kernels: RMSNorm, RoPE, linear layers, SwiGLU, causal GQA attention |
+//! | `ops.rs` | CPU kernels: RMSNorm, RoPE, linear layers, SwiGLU |
+//! | `attend.rs` | CPU exact attention: causal GQA over an f32 or f16 cache, windows, flash-decoding |
 //! | `simd.rs` | vectorizable f32 loops, AVX2+FMA or portable, chosen at run time |
 //! | `cache.rs` | [`KvCache`], the canonical host cache |
 //! | `hooks.rs` | what callers plug in: [`LayerCapture`] callbacks, [`DecodeAttention`] policies |
@@ -47,6 +48,7 @@
 //! `other` (where the queue drains); attention keeps its own field.
 
 pub mod arch;
+pub mod attend;
 pub mod backend;
 pub mod block;
 pub mod cache;
