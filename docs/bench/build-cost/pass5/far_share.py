@@ -23,5 +23,5 @@ def run(dump, L, group):
             per.append(fr)
         allfr=np.concatenate(per)
         print(dump.split('/')[-1],'L%d kv%d'%(L,kv),'group share<0.1 %.3f'%((allfr<0.1).mean()),'median near %.2f'%np.median(allfr),'| per head share<0.1:',' '.join('%.2f'%((f<0.1).mean()) for f in per))
-for L in (5,11,17): run('/work/runs/gemma3-32k',L,4)
-run('/work/runs/smollm2-32k-rs4',16,3)
+for L in (5,11,17): run('../runs/gemma3-32k',L,4)
+run('../runs/smollm2-32k-rs4',16,3)
