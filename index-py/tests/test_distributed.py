@@ -2,7 +2,9 @@
 cluster of a head and two worker nodes (each a raylet with its own worker processes) on this
 machine. Exact shards give the exact top-k of the whole head; the merged attention is full
 attention over the same keys; killed workers are restarted or retried by Ray with the same
-answer; a shard lost for good raises ShardLostError."""
+answer; a shard lost for good raises ShardLostError. Issue 64: an unavailable replica fails over
+to a live one, inserts count once a replica confirmed them, and the replay log of inserts is
+bounded by shard snapshots."""
 
 import os
 import signal
@@ -247,7 +249,7 @@ def test_a_killed_shard_worker_is_restarted_with_the_same_answer(cluster, head):
         before = sharded._fan_out("search", qref, 20, {})
         rec = sharded._shards[1]
         h = rec.replicas[0]
-        ref = h.search.remote(qref, 20, {}, rec.n)
+        ref = h.search.remote(qref, 20, {}, rec.state())
         os.kill(pid, signal.SIGKILL)
         after = sharded._resolve(1, h, ref, "search", (qref, 20, {}), True)
         np.testing.assert_array_equal(after[0], before[1][0])
@@ -286,6 +288,111 @@ def test_a_lost_shard_raises_and_a_replica_answers(cluster, head):
         assert len(twice._shards[1].replicas) == 1
     finally:
         twice.close()
+
+
+def test_an_unavailable_replica_fails_over_to_a_live_one(cluster, head):
+    """Issue 64 (a): a replica that Ray is restarting but cannot place (its node is gone and no
+    other node has its resource) answers ActorUnavailableError to every call; the shard's other
+    replica answers instead, exactly, and takes the inserts."""
+    c, _ = cluster
+    keys, _, queries, values = head
+    slots = [c.add_node(num_cpus=1, resources={"qk_slot": 1}) for _ in range(2)]
+    c.wait_for_nodes()
+    sharded = None
+    try:
+        sharded = qd.ShardedIndex.build(
+            "flat", keys[:600], shards=1, replicas=2, values=values[:600],
+            actor_options={"num_cpus": 0, "resources": {"qk_slot": 1}, "max_restarts": 1,
+                           "max_task_retries": 0})
+        want = sharded.search(queries, k=10)
+        want_att = sharded.attend(queries, k=8)
+        first = sharded.info()[0][0]["node"]  # replica 0's node: one replica per slot node
+        gone = next(n for n in slots if n.node_id == first)
+        c.remove_node(gone)
+        slots.remove(gone)
+        res = sharded.search(queries, k=10)
+        np.testing.assert_array_equal(res.ids, want.ids)
+        np.testing.assert_array_equal(res.scores, want.scores)
+        np.testing.assert_array_equal(res.ids, brute_topk(queries, keys[:600], 10)[0])
+        np.testing.assert_allclose(sharded.attend(queries, k=8).output, want_att.output,
+                                   rtol=0, atol=1e-6)
+        sharded.insert(keys[600:603], values[600:603])  # confirmed by the live replica
+        assert len(sharded) == 603
+        np.testing.assert_array_equal(sharded.search(queries, k=10).ids,
+                                      brute_topk(queries, keys[:603], 10)[0])
+    finally:
+        if sharded is not None:
+            sharded.close()
+        for n in slots:
+            c.remove_node(n)
+
+
+def test_an_insert_no_replica_confirmed_is_not_counted(cluster, head):
+    """Issue 64 (b): keys count once a replica has them; an insert that no replica took leaves
+    the count, the bounds and the replay log as they were. A replica that missed an insert
+    another replica confirmed is replayed before it answers."""
+    keys, _, queries, _ = head
+    sharded = qd.ShardedIndex.build("flat", keys[:600], shards=2, replicas=2,
+                                    actor_options={"max_restarts": 0, "max_task_retries": 0})
+    try:
+        for h in list(sharded._shards[1].replicas):
+            ray.kill(h, no_restart=True)
+        with pytest.raises(qd.ShardLostError, match=r"shard 1 \(keys 300\.\.600\) is lost"):
+            sharded.insert(keys[600:605])
+        assert len(sharded) == 600 and sharded.bounds == [(0, 300), (300, 600)]
+        assert len(sharded._shards[1].chunks) == 0
+    finally:
+        sharded.close()
+    twice = qd.ShardedIndex.build("flat", keys[:600], shards=1, replicas=2,
+                                  actor_options={"max_restarts": 1, "max_task_retries": 0})
+    try:
+        a, b = twice._shards[0].replicas
+        ray.kill(a, no_restart=False)  # restarting: b confirms the insert, a restarts without it
+        twice.insert(keys[600:610])
+        assert len(twice) == 610
+        ray.kill(b, no_restart=True)  # a answers now, once the insert has been replayed into it
+        np.testing.assert_array_equal(twice.search(queries, k=10).ids,
+                                      brute_topk(queries, keys[:610], 10)[0])
+    finally:
+        twice.close()
+
+
+def test_the_replay_log_is_bounded_by_shard_snapshots(cluster, head):
+    """Issue 64 (c): one-row inserts (as decode makes them) are folded into a shard snapshot
+    every 256 chunks (the documented default), so the client pins at most that many; a restarted
+    replica restores the snapshot and replays only the chunks after it."""
+    keys, _, queries, values = head
+    sharded = qd.ShardedIndex.build("flat", keys[:600], shards=2, values=values[:600])
+    try:
+        for i in range(600, 900):
+            sharded.insert(keys[i], values[i])
+        rec = sharded._shards[-1]
+        assert len(rec.chunks) <= 256, f"the replay log holds {len(rec.chunks)} chunks"
+        assert len(sharded) == 900 and sharded.bounds == [(0, 300), (300, 900)]
+        want = brute_topk(queries, keys[:900], 10)[0]
+        np.testing.assert_array_equal(sharded.search(queries, k=10).ids, want)
+        want_att = sharded.attend(queries, k=8)
+        pid = sharded.info()[1][0]["pid"]
+        ray.kill(rec.replicas[0], no_restart=False)  # Ray restarts it (max_restarts 3)
+        np.testing.assert_array_equal(sharded.search(queries, k=10).ids, want)
+        info = sharded.info()[1][0]
+        assert info["pid"] != pid
+        assert info["applied"] == 300 and info["restored_at"] == 256, info
+        np.testing.assert_allclose(sharded.attend(queries, k=8).output, want_att.output,
+                                   rtol=0, atol=1e-6)
+    finally:
+        sharded.close()
+    # The other bound: keys (here 100) in the log, whatever the number of chunks.
+    few = qd.ShardedIndex.build("flat", keys[:600], shards=2, snapshot_keys=100)
+    try:
+        few.insert(keys[600:650])
+        assert len(few._shards[-1].chunks) == 1
+        few.insert(keys[650:700])
+        assert len(few._shards[-1].chunks) == 0 and few._shards[-1].base == 2
+        np.testing.assert_array_equal(few.search(queries, k=10).ids,
+                                      brute_topk(queries, keys[:700], 10)[0])
+    finally:
+        few.close()
 
 
 def _small_dump(tmp_path, n=1200, d=32):

@@ -34,11 +34,18 @@ parallelism avoids.
 
 Faults: each shard actor is created with ``max_restarts`` and its calls with
 ``max_task_retries``, so a killed worker is restarted by Ray (rebuilding its index from the same
-object-store keys, or reopening its ``.qki`` file) and the call in flight is retried. Inserts
-since the shard's creation are kept client-side as numbered chunks in the object store: a
-restarted shard reports fewer keys than the client expects and the client replays them before it
-answers, so the answer is the same. A shard whose every replica is gone for good raises
-:class:`ShardLostError`; no call returns a partial answer.
+object-store keys, or reopening its ``.qki`` file) and the call in flight is retried. With
+``replicas``, a call whose replica is dead or unavailable (being restarted, or on a node that
+cannot be reached) goes to another live replica of the shard, which is asked first from then on.
+Inserts are numbered chunks, counted once one replica confirmed them; the client keeps them in
+the object store as a replay log, and each call names the state (chunks, last chunk's token) it
+expects, so that a replica that restarted or missed chunks says so, and the client replays them
+into it before it answers: the answer is the same. The log is bounded: every ``snapshot_chunks``
+chunks or ``snapshot_keys`` keys (256 and 65536 by default) a replica's saved shard (the index's
+``.qki`` bytes, with its values and keys) replaces the chunks it holds, and a restarted replica
+restores it, then replays only the chunks after it. :class:`ShardLostError` is raised only when
+no replica of a shard is alive, :class:`ShardUnavailableError` when some are but none answered
+in time; no call returns a partial answer.
 
 Whole dumps: :func:`build_dump` builds every (layer, KV head, shard) index as one Ray task each
 (retried where a worker dies), writing ``.qki`` files and a ``manifest.json`` (or keeping the
@@ -64,6 +71,7 @@ from .client import (  # noqa: E402
     ShardedIndex,
     ShardedResult,
     ShardLostError,
+    ShardUnavailableError,
 )
 from .dump import MANIFEST_FORMAT, DumpBuild, build_dump  # noqa: E402
 from .merge import merge_attention, merge_topk  # noqa: E402
@@ -71,6 +79,7 @@ from .merge import merge_attention, merge_topk  # noqa: E402
 __all__ = [
     "MANIFEST_FORMAT",
     "ShardLostError",
+    "ShardUnavailableError",
     "ShardedIndex",
     "ShardedDump",
     "ShardedResult",

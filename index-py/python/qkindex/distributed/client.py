@@ -1,17 +1,18 @@
 """The client side: :class:`ShardedIndex` (one head over S shard actors) and
 :class:`ShardedDump` (every head of a built dump, actor ``s`` holding shard ``s`` of each), the
-fan-out, the exact merges, failover between replicas and the replay of inserts into restarted
-shards."""
+fan-out, the exact merges, failover between replicas, and the replay log of inserts (bounded by
+shard snapshots) that brings restarted or lagging replicas up to date."""
 
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import ray
-from ray.exceptions import ActorUnavailableError, RayActorError
+from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 
 import qkindex
 
@@ -38,13 +39,27 @@ def _wait_ready(handles):
 
 class ShardLostError(RuntimeError):
     """A shard whose every replica died beyond Ray's restarts: its keys are unreachable, so no
-    answer is given (a partial top-k or attention would be silently wrong)."""
+    answer is given (a partial top-k or attention would be silently wrong). Raised only when no
+    replica of the shard is alive; while one is, calls fail over to it."""
 
     def __init__(self, shard: int, lo: int, hi: int, cause: BaseException):
         self.shard, self.lo, self.hi, self.cause = shard, lo, hi, cause
         super().__init__(
             f"shard {shard} (keys {lo}..{hi}) is lost: every replica died and Ray will not "
             f"restart it ({type(cause).__name__}: {cause}); no partial answer is returned"
+        )
+
+
+class ShardUnavailableError(RuntimeError):
+    """A shard whose replicas are alive but none answered within
+    :attr:`ShardedIndex.unavailable_timeout_s` (Ray restarting them, or a node it cannot reach):
+    no answer is given, and the call can be made again."""
+
+    def __init__(self, shard: int, lo: int, hi: int, waited_s: float, cause: BaseException):
+        self.shard, self.lo, self.hi, self.waited_s, self.cause = shard, lo, hi, waited_s, cause
+        super().__init__(
+            f"shard {shard} (keys {lo}..{hi}) is unavailable: no live replica answered in "
+            f"{waited_s:.1f} s ({type(cause).__name__}: {cause}); no partial answer is returned"
         )
 
 
@@ -77,15 +92,48 @@ class ShardedAttention:
 
 
 @dataclass
+class _Chunk:
+    """One insert into one shard: its rows in the object store and the client's token for it
+    (unique, so that a replica holding a chunk the client dropped is told apart)."""
+
+    token: int
+    keys: Any  # object ref, [rows, d]
+    values: Any  # object ref, [rows, dv], or None
+    rows: int
+
+
+@dataclass
 class _ShardRecord:
     lo: int  # first global position
-    n: int  # keys it holds (client's count, inserts included)
-    replicas: List[Any]  # actor handles; dead ones are removed
-    chunks: List[Tuple[Any, Any]] = field(default_factory=list)  # (keys ref, values ref) inserts
+    n: int  # keys it holds (client's count: inserts once a replica confirmed them)
+    replicas: List[Any]  # actor handles, the one to ask first first; dead ones are removed
+    # The replay log: the chunks after the snapshot, numbered base, base + 1, ...
+    chunks: List[_Chunk] = field(default_factory=list)
     # The object refs of the actors' constructor arguments, held here so that a restart (which
     # runs the constructor again) finds them (ray-project/ray#53727).
     pinned: Tuple[Any, ...] = ()
     lost: Optional[BaseException] = None  # why the last replica died
+    base: int = 0  # chunks folded into the snapshot
+    base_token: Optional[int] = None  # the token of chunk base - 1
+    snapshot: Any = None  # object ref of a _Shard.snapshot's data; None: the shard's source
+
+    @property
+    def end(self) -> int:
+        """Chunks inserted (folded into the snapshot or in the log)."""
+        return self.base + len(self.chunks)
+
+    def state(self) -> Tuple[int, Optional[int]]:
+        """``(chunks, token of the last)`` that an up-to-date replica holds."""
+        return self.end, self.token_at(self.end)
+
+    def token_at(self, applied: int) -> Optional[int]:
+        """The token of chunk ``applied - 1`` (``base <= applied <= end``)."""
+        if applied == self.base:
+            return self.base_token
+        return self.chunks[applied - self.base - 1].token
+
+    def log_keys(self) -> int:
+        return sum(c.rows for c in self.chunks)
 
 
 def _as_rows(name: str, x, dim: Optional[int] = None, allow_1d: bool = False) -> np.ndarray:
@@ -111,7 +159,13 @@ class ShardedIndex:
     Make one with :meth:`build` (each actor builds its shard's index from its keys and the
     training queries) or :meth:`open` (each actor maps a ``.qki`` file from shared storage, or
     loads the bytes a :func:`build_dump` kept as an object ref). ``ray.init`` must have been
-    called (a local or cluster address)."""
+    called (a local or cluster address).
+
+    ``unavailable_timeout_s`` (default 30) is how long a call waits when every live replica of
+    a shard is unavailable (being restarted, or unreachable) before it raises
+    :class:`ShardUnavailableError`; set it on the instance."""
+
+    unavailable_timeout_s: float = 30.0
 
     def __init__(
         self,
@@ -127,6 +181,8 @@ class ShardedIndex:
         keep_keys: bool = False,
         actor_options: Optional[Dict[str, Any]] = None,
         replicas: int = 1,
+        snapshot_chunks: int = 256,
+        snapshot_keys: int = 65536,
     ):
         self._shards = records
         self.dim = dim
@@ -139,6 +195,12 @@ class ShardedIndex:
         self._keep_keys = keep_keys
         self._actor_options = dict(actor_options or {})
         self.replicas = replicas
+        if snapshot_chunks < 1 or snapshot_keys < 1:
+            raise ValueError(f"snapshot_chunks and snapshot_keys must be >= 1, got "
+                             f"{snapshot_chunks} and {snapshot_keys}")
+        self.snapshot_chunks = snapshot_chunks
+        self.snapshot_keys = snapshot_keys
+        self._token = 0  # the last chunk token given
 
     # -- construction --------------------------------------------------------------------------
 
@@ -176,6 +238,8 @@ class ShardedIndex:
         capacity: Optional[int] = None,
         replicas: int = 1,
         actor_options: Optional[Dict[str, Any]] = None,
+        snapshot_chunks: int = 256,
+        snapshot_keys: int = 65536,
         **options: Any,
     ) -> "ShardedIndex":
         """Splits ``keys`` (``[n, d]`` float16/float32, positions ``0..n``) into ``shards``
@@ -184,9 +248,17 @@ class ShardedIndex:
         with the keys for :meth:`attend`. ``capacity`` is the most keys a shard takes before an
         insert opens a new one (default: twice the largest initial shard). ``replicas`` actors
         hold each shard: the first live one answers, and the next takes over when it dies for
-        good (failover, not load balancing). ``actor_options`` are passed to ``ray.remote``
-        (``num_cpus``, ``runtime_env``, ``max_restarts`` (default 3), ``max_task_retries``
-        (default 3), ``scheduling_strategy`` (default ``"SPREAD"``), ...)."""
+        good or is unavailable (failover, not load balancing). ``actor_options`` are passed to
+        ``ray.remote`` (``num_cpus``, ``runtime_env``, ``max_restarts`` (default 3),
+        ``max_task_retries`` (default 3), ``scheduling_strategy`` (default ``"SPREAD"``), ...).
+
+        ``snapshot_chunks`` (default 256) and ``snapshot_keys`` (default 65536) bound the replay
+        log of inserts the client keeps per shard: once a shard's log holds that many chunks
+        (inserts) or keys, a replica that holds them all saves the shard (its index's ``.qki``
+        bytes, its values and keys) as a snapshot in the object store, which replaces the chunks
+        (and the shard's previous snapshot). A restarted replica restores the snapshot and
+        replays only the chunks after it. A snapshot costs one save of the shard, so one-row
+        decode inserts pay it once per 256 tokens."""
         if shards < 1 or replicas < 1:
             raise ValueError(f"shards and replicas must be >= 1, got {shards} and {replicas}")
         keys = _as_rows("keys", keys)
@@ -222,7 +294,8 @@ class ShardedIndex:
             records, dim=d, spec=spec, kind=infos[0][0]["kind"], train_ref=train_ref,
             options=options, capacity=capacity if capacity is not None else 2 * largest,
             has_values=values is not None, keep_keys=values is not None,
-            actor_options=actor_options, replicas=replicas,
+            actor_options=actor_options, replicas=replicas, snapshot_chunks=snapshot_chunks,
+            snapshot_keys=snapshot_keys,
         )
 
     @classmethod
@@ -329,62 +402,113 @@ class ShardedIndex:
         return q, one
 
     def _fan_out(self, method: str, *args):
-        """Calls ``method(*args, n_expected)`` on one live replica of every shard at once (all
-        submitted before any is awaited), then collects the answers in shard order."""
+        """Calls ``method(*args, state)`` on the first live replica of every shard at once (all
+        submitted before any is awaited), then collects the answers in shard order, failing over
+        where a replica is dead or unavailable."""
         subs = []
         for s, rec in enumerate(self._shards):
             if not rec.replicas:
                 raise ShardLostError(s, rec.lo, rec.lo + rec.n, rec.lost)
             h = rec.replicas[0]
-            subs.append((h, getattr(h, method).remote(*args, rec.n)))
+            subs.append((h, getattr(h, method).remote(*args, rec.state())))
         return [self._resolve(s, h, ref, method, args, True) for s, (h, ref) in enumerate(subs)]
 
-    def _resolve(self, s: int, handle, ref, method: str, args, expect: bool, attempts: int = 4):
-        """Waits for one shard's answer. A replica that died for good is dropped and the call goes
-        to the next (none left: :class:`ShardLostError`); a replica that restarted without the
-        inserts it had (it answers :class:`_Stale`) is caught up, then asked again."""
+    def _resolve(self, s: int, handle, ref, method: str, args, expect: bool,
+                 mode: str = "failover"):
+        """Waits for shard ``s``'s answer to ``method(*args)`` (and the expected state, where
+        ``expect``) from ``handle``, whose call ``ref`` is in flight.
+
+        - A replica that died for good is dropped; with none left, :class:`ShardLostError`.
+        - A replica that is unavailable (Ray is restarting it, or cannot reach it) goes to the
+          back of the shard's list. In mode ``"failover"`` the call goes to the next live
+          replica; when every one is unavailable it is tried again until
+          :attr:`unavailable_timeout_s`, then :class:`ShardUnavailableError`.
+        - A replica in another state than the client's (:class:`_Stale`: restarted, behind, or
+          holding a chunk the client dropped) is brought up to date (:meth:`_catch_up`), then
+          asked again; an ``insert`` is then done (the catch-up applied it).
+
+        Modes: ``"failover"`` (any replica will do: ``search``, ``attend``), ``"wait"`` (this
+        replica, waited for while unavailable: ``info``), ``"once"`` (this replica, and its
+        errors raised: one replica's part of an insert, which another may confirm)."""
         rec = self._shards[s]
-        for _ in range(attempts):
+        t0 = time.monotonic()
+        tried: List[Any] = []  # replicas found unavailable since the last pause
+        catch_ups = 0
+        while True:
             try:
                 res = ray.get(ref)
-            except ActorUnavailableError:
-                # Restarting: Ray retries calls itself; this only shows when retries ran out.
-                time.sleep(0.5)
-            except RayActorError as e:
+                if not isinstance(res, _Stale):
+                    return res
+                catch_ups += 1
+                if catch_ups > 4:
+                    raise ShardUnavailableError(
+                        s, rec.lo, rec.lo + rec.n, time.monotonic() - t0,
+                        RuntimeError(f"the replica changed state during {catch_ups - 1} "
+                                     f"catch-ups (restarting again and again?)"))
+                if self._catch_up(s, handle, res) and method == "insert":
+                    return None  # the catch-up applied it
+            except ActorUnavailableError as e:
+                if mode == "once":
+                    raise
+                if mode == "failover" and handle in rec.replicas and len(rec.replicas) > 1:
+                    rec.replicas.remove(handle)  # the others are asked first from now on
+                    rec.replicas.append(handle)
+                tried.append(handle)
+                others = [h for h in rec.replicas if h not in tried] if mode == "failover" else []
+                if others:
+                    handle = others[0]
+                else:
+                    waited = time.monotonic() - t0
+                    if waited > self.unavailable_timeout_s:
+                        raise ShardUnavailableError(s, rec.lo, rec.lo + rec.n, waited, e) from e
+                    time.sleep(0.5)
+                    tried = []
+                    if mode == "failover":
+                        handle = rec.replicas[0]
+            except RayActorError as e:  # died for good (Ray will not restart it)
                 if handle in rec.replicas:
                     rec.replicas.remove(handle)
                 if not rec.replicas:
                     rec.lost = e
                     raise ShardLostError(s, rec.lo, rec.lo + rec.n, e) from e
+                if mode != "failover":
+                    raise
                 handle = rec.replicas[0]
-            else:
-                if not isinstance(res, _Stale):
-                    return res
-                self._replay(s, handle, res.applied)
-                if method == "insert":  # the replay included this chunk
-                    return rec.n
-            call = list(args) + ([rec.n] if expect else [])
+            call = list(args) + ([rec.state()] if expect else [])
             ref = getattr(handle, method).remote(*call)
-        raise ShardLostError(s, rec.lo, rec.lo + rec.n,
-                             RuntimeError(f"no consistent answer after {attempts} attempts"))
 
-    def _replay(self, s: int, handle, applied: int):
-        """Sends a restarted replica the insert chunks from ``applied`` on."""
+    def _catch_up(self, s: int, handle, stale: _Stale) -> bool:
+        """Brings a replica in state ``stale`` to the client's: it replays the chunks the replica
+        lacks where the replica's chunks are a prefix of the client's; otherwise (it restarted
+        and the log no longer starts at 0, or it holds a chunk the client dropped, or a failed
+        insert left it unknown) it first restores the shard's snapshot (or its source, before
+        any snapshot). False when the replica turned out to be in yet another state (it
+        restarted meanwhile): the caller asks it again."""
         rec = self._shards[s]
-        for seq in range(applied, len(rec.chunks)):
-            kref, vref = rec.chunks[seq]
-            res = ray.get(handle.insert.remote(seq, kref, vref))
-            if isinstance(res, _Stale):
-                raise RuntimeError(f"shard {s}: replaying insert {seq} found the shard at "
-                                   f"{res.applied} chunks")
+        if (rec.base <= stale.applied <= rec.end
+                and stale.last == rec.token_at(stale.applied)):
+            start = stale.applied
+        else:
+            ray.get(handle.restore.remote(rec.snapshot, rec.base, rec.base_token))
+            start = rec.base
+        refs = [handle.insert.remote(seq, c.token, c.keys, c.values)
+                for seq, c in enumerate(rec.chunks[start - rec.base:], start)]
+        return not any(isinstance(r, _Stale) for r in ray.get(refs))
 
     def _call(self, s: int, method: str, *args):
-        """``method(*args)`` on every live replica of shard ``s``."""
+        """``method(*args)`` on every live replica of shard ``s`` (waiting for an unavailable
+        one; a dead one is dropped and left out)."""
         rec = self._shards[s]
         if not rec.replicas:
             raise ShardLostError(s, rec.lo, rec.lo + rec.n, rec.lost)
-        return [self._resolve(s, h, getattr(h, method).remote(*args), method, args, False)
-                for h in list(self._shards[s].replicas)]
+        out = []
+        for h in list(rec.replicas):
+            try:
+                out.append(self._resolve(s, h, getattr(h, method).remote(*args), method, args,
+                                         False, mode="wait"))
+            except RayActorError:
+                continue  # died: dropped by _resolve (ShardLostError where it was the last)
+        return out
 
     def search(self, queries, k: int = 100, **params: Any) -> ShardedResult:
         """The exact top-k over all shards of each shard's top-k (``min(k, shard size)``);
@@ -429,7 +553,17 @@ class ShardedIndex:
     def insert(self, keys, values=None) -> np.ndarray:
         """Appends keys (``[m, d]`` or one ``[d]``) at the next positions: into the last shard
         until it holds ``capacity`` keys, then into a new shard (a new actor building ``spec``
-        over the overflow, with the same training queries). Returns their global ids."""
+        over the overflow, with the same training queries). Returns their global ids.
+
+        Each part sent to a shard is one chunk, sent to every live replica and counted (in
+        ``len``, ``bounds`` and the next positions) once one replica confirmed it; one
+        unavailable replica does not hold it up. A replica that missed it (unavailable, or
+        restarted) is brought up to date before it next answers: the chunks it lacks are
+        replayed, after the shard's snapshot is restored where the log no longer reaches back
+        to it. A chunk that no replica confirmed is dropped: the count stays, and the error is
+        raised (:class:`ShardLostError` where no replica is alive, :class:`ShardUnavailableError`
+        where none answered in time). An error part way through a multi-shard insert leaves
+        the parts confirmed before it in (``len`` says how many)."""
         if self.capacity is None:
             raise TypeError("this ShardedIndex was opened from files: it takes no inserts")
         if self.kind not in {c.__name__ for c in _INSERTABLE}:
@@ -456,16 +590,73 @@ class ShardedIndex:
                                  None if values is None else values[done:done + take])
             else:
                 take = min(room, rows.shape[0] - done)
-                kref = ray.put(rows[done:done + take])
-                vref = ray.put(values[done:done + take]) if values is not None else None
-                last.chunks.append((kref, vref))
-                seq = len(last.chunks) - 1
-                last.n += take
-                for h in list(last.replicas):
-                    self._resolve(len(self._shards) - 1, h, h.insert.remote(seq, kref, vref),
-                                  "insert", (seq, kref, vref), False)
+                self._insert_chunk(len(self._shards) - 1, rows[done:done + take],
+                                   None if values is None else values[done:done + take])
             done += take
         return np.arange(first, first + rows.shape[0], dtype=np.int64)
+
+    def _insert_chunk(self, s: int, keys: np.ndarray, values: Optional[np.ndarray]):
+        """One chunk into shard ``s``: logged, counted once a replica confirmed it (dropped from
+        the log if none did), then folded into a snapshot where the log is over its bound."""
+        rec = self._shards[s]
+        if not rec.replicas:
+            raise ShardLostError(s, rec.lo, rec.lo + rec.n, rec.lost)
+        self._token += 1
+        chunk = _Chunk(self._token, ray.put(keys),
+                       ray.put(values) if values is not None else None, keys.shape[0])
+        seq = rec.end
+        rec.chunks.append(chunk)
+        try:
+            confirmed = self._confirm(s, (seq, chunk.token, chunk.keys, chunk.values))
+        except BaseException:
+            rec.chunks.pop()
+            raise
+        rec.n += chunk.rows
+        if len(rec.chunks) >= self.snapshot_chunks or rec.log_keys() >= self.snapshot_keys:
+            self._snapshot(s, confirmed)
+
+    def _confirm(self, s: int, args):
+        """Sends ``insert(*args)`` to every live replica of shard ``s`` and returns the first
+        that confirms it (the others' answers are not waited for: one that fails is brought up
+        to date later). Where none does, it waits for a live one as a search would."""
+        rec = self._shards[s]
+        pending = {h.insert.remote(*args): h for h in rec.replicas}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            h = pending.pop(done[0])
+            try:
+                self._resolve(s, h, done[0], "insert", args, False, mode="once")
+                return h
+            except (RayActorError, ShardLostError, ShardUnavailableError):
+                continue  # unavailable (tried below) or dead (dropped)
+        if not rec.replicas:
+            raise ShardLostError(s, rec.lo, rec.lo + rec.n, rec.lost)
+        h = rec.replicas[0]
+        self._resolve(s, h, h.insert.remote(*args), "insert", args, False)
+        return rec.replicas[0]  # the one that answered (failover moves the others back)
+
+    def _snapshot(self, s: int, handle):
+        """Folds shard ``s``'s replay log into a snapshot taken on ``handle`` (a replica that
+        just confirmed the last chunk). Where it fails the log is kept and the next insert tries
+        again: the insert itself has been confirmed and counted, so it does not raise."""
+        rec = self._shards[s]
+        try:
+            state_ref, data_ref = handle.snapshot.options(num_returns=2).remote()
+            state = ray.get(state_ref)
+            if (state["applied"], state["last"]) != rec.state():
+                return
+            # The snapshot is put again from here, so that it lives in this node's object store
+            # (owned and held by the client), not only on the replica's node, which may be the
+            # one that fails next.
+            data = ray.put(ray.get(data_ref))
+        except RayActorError:
+            return  # died or unavailable meanwhile
+        except RayError as e:
+            warnings.warn(f"shard {s}: the snapshot of its replay log failed, the log is kept "
+                          f"({type(e).__name__}: {e})", RuntimeWarning, stacklevel=3)
+            return
+        rec.snapshot, rec.base, rec.base_token = data, state["applied"], state["last"]
+        rec.chunks = []
 
     def _open_shard(self, keys: np.ndarray, values: Optional[np.ndarray]):
         lo = len(self)

@@ -2,7 +2,14 @@
 values and keys for ``attend``); ``_DumpShard`` holds one position shard of every head of a
 :func:`~qkindex.distributed.build_dump` output. Both build or open their indexes on the first
 call, so that a build error reaches the client as its own type and a restarted actor rebuilds on
-the call Ray retries."""
+the call Ray retries.
+
+A ``_Shard``'s inserts are numbered chunks; its state is ``(applied, last)``: how many chunks it
+holds and the client's token of the last one. Each search names the state the client expects, and
+a replica in another state (restarted, behind, or holding a chunk the client dropped) answers
+:class:`_Stale` instead, without building anything, so that the client can bring it up to date:
+replay the chunks it lacks, or first :meth:`_Shard.restore` a snapshot (the bytes of the shard's
+saved index, with its values and keys) that :meth:`_Shard.snapshot` took on a replica."""
 
 import os
 import tempfile
@@ -43,9 +50,34 @@ class _Rows:
 
 @dataclass
 class _Stale:
-    """A shard that holds fewer inserted chunks than the client sent (it was restarted)."""
+    """A replica not in the state the call expected: it holds ``applied`` chunks, the last with
+    token ``last`` (``applied == -1``: an insert failed inside it, so its state is unknown)."""
 
     applied: int
+    last: Optional[int] = None
+
+
+def _save_bytes(index) -> bytes:
+    """The index's ``.qki`` file as bytes."""
+    fd, path = tempfile.mkstemp(suffix=".qki")
+    os.close(fd)
+    try:
+        index.save(path)
+        with open(path, "rb") as f:
+            return f.read()
+    finally:
+        os.unlink(path)
+
+
+def _load_bytes(data: bytes):
+    """An index from a ``.qki`` file's bytes (read into memory: the file is removed)."""
+    fd, path = tempfile.mkstemp(suffix=".qki")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    try:
+        return qkindex.load(path, mmap=False)
+    finally:
+        os.unlink(path)
 
 
 class _Shard:
@@ -60,9 +92,12 @@ class _Shard:
         self.source = source
         self.offset = offset
         self.index = None
-        self.applied = 0  # insert chunks applied since creation
+        self._values0, self._keys0 = values, keys_for_attend  # for restore(None): as created
         self.values = None if values is None else _Rows(values)
         self.keys = None if keys_for_attend is None else _Rows(keys_for_attend)
+        self.applied = 0  # insert chunks held (numbered from the shard's creation)
+        self.last: Optional[int] = None  # the client's token of the last chunk held
+        self.restored_at: Optional[int] = None  # chunks in the snapshot it was restored from
 
     def _ensure(self):
         if self.index is not None:
@@ -78,13 +113,7 @@ class _Shard:
         elif kind == "file":
             self.index = qkindex.load(source["path"], mmap=source.get("mmap", True))
         elif kind == "bytes":
-            fd, path = tempfile.mkstemp(suffix=".qki")
-            with os.fdopen(fd, "wb") as f:
-                f.write(source["data"])
-            try:
-                self.index = qkindex.load(path, mmap=False)
-            finally:
-                os.unlink(path)
+            self.index = _load_bytes(source["data"])
         else:
             raise ValueError(f"unknown shard source {kind!r}")
         return self.index
@@ -98,25 +127,65 @@ class _Shard:
             "pid": os.getpid(),
             "node": ray.get_runtime_context().get_node_id(),
             "applied": self.applied,
+            "restored_at": self.restored_at,
         }
 
-    def insert(self, seq: int, keys: np.ndarray, values: Optional[np.ndarray]):
-        self._ensure()
+    def _state_is(self, state: Tuple[int, Optional[int]]) -> bool:
+        return (self.applied, self.last) == tuple(state)
+
+    def insert(self, seq: int, token: int, keys: np.ndarray, values: Optional[np.ndarray]):
+        """Applies chunk ``seq`` (the client's ``token``) if it is the next one; the last one
+        again (a retried call) is a no-op; any other answers :class:`_Stale`."""
+        if seq == self.applied - 1 and token == self.last:
+            return len(self._ensure())
         if seq != self.applied:
-            return _Stale(self.applied)
-        for row in keys:
-            self.index.insert(row)
-        if values is not None:
-            self.values.append(values)
-        if self.keys is not None:
-            self.keys.append(keys)
-        self.applied += 1
+            return _Stale(self.applied, self.last)
+        index = self._ensure()
+        try:
+            for row in keys:
+                index.insert(row)
+            if values is not None:
+                self.values.append(values)
+            if self.keys is not None:
+                self.keys.append(keys)
+        except BaseException:
+            # Part of the chunk may be in: the client restores this replica before using it.
+            self.applied, self.last = -1, None
+            raise
+        self.applied, self.last = seq + 1, token
+        return len(index)
+
+    def snapshot(self):
+        """``(state, data)`` (call with ``num_returns=2``): ``{"applied", "last", "n"}``, and the
+        shard as :meth:`restore` takes it: the index's ``.qki`` bytes, its values and keys."""
+        index = self._ensure()
+        data = {"index": _save_bytes(index),
+                "values": None if self.values is None else self.values.array,
+                "keys": None if self.keys is None else self.keys.array}
+        return {"applied": self.applied, "last": self.last, "n": len(index)}, data
+
+    def restore(self, data: Optional[Dict[str, Any]], applied: int, last: Optional[int]):
+        """Replaces this replica's shard by a :meth:`snapshot`'s ``data`` holding ``applied``
+        chunks (the last with token ``last``); ``None``: by its source as created, no chunk."""
+        if data is None:
+            self.index = None  # rebuilt from the source by the next call
+            self.values = None if self._values0 is None else _Rows(self._values0)
+            self.keys = None if self._keys0 is None else _Rows(self._keys0)
+            self.applied, self.last, self.restored_at = 0, None, None
+            return 0
+        self.index = _load_bytes(data["index"])
+        self.values = None if data["values"] is None else _Rows(data["values"])
+        self.keys = None if data["keys"] is None else _Rows(data["keys"])
+        self.applied, self.last, self.restored_at = applied, last, applied
         return len(self.index)
 
-    def search(self, queries: np.ndarray, k: int, params: Dict[str, Any], n_expected: int):
+    def search(self, queries: np.ndarray, k: int, params: Dict[str, Any],
+               state: Tuple[int, Optional[int]]):
+        # The state first: a restarted replica says so before building an index that a
+        # snapshot would replace.
+        if not self._state_is(state):
+            return _Stale(self.applied, self.last)
         n = len(self._ensure())
-        if n < n_expected:
-            return _Stale(self.applied)
         t0 = time.perf_counter()
         res = self.index.search(queries, k=min(k, n), **params)
         ids = res.ids.copy()
@@ -124,11 +193,12 @@ class _Shard:
         return ids, res.scores, res.distance_computations, time.perf_counter() - t0
 
     def attend(
-        self, queries: np.ndarray, k: int, params: Dict[str, Any], scale: float, n_expected: int
+        self, queries: np.ndarray, k: int, params: Dict[str, Any], scale: float,
+        state: Tuple[int, Optional[int]],
     ):
+        if not self._state_is(state):
+            return _Stale(self.applied, self.last)
         n = len(self._ensure())
-        if n < n_expected:
-            return _Stale(self.applied)
         if self.values is None:
             raise ValueError("this shard holds no values: place them with values= to attend")
         t0 = time.perf_counter()
@@ -180,7 +250,7 @@ class _DumpShard:
                 "node": ray.get_runtime_context().get_node_id(), "applied": 0}
 
     def search_layer(self, layer: int, queries: np.ndarray, k: int, params: Dict[str, Any],
-                     n_expected: int):
+                     state: Tuple[int, Optional[int]]):
         idx = self._ensure()
         heads = queries.shape[0]
         missing = [h for h in range(heads) if (layer, h // self.group) not in idx]
