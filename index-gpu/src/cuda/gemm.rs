@@ -2,6 +2,7 @@
 //! scores, `topk_select_tile` merges it into the running lists; and the GEMM rate probe.
 
 use super::fused::{Chunk, Lists};
+use super::plan::{key_end, score_gemm, spans, Gemm, Op};
 use super::{CudaKnn, Gpu};
 use crate::kernels::SELECT_ROWS_PER_BLOCK;
 use crate::runtime::{elapsed_ms, launch_config, record};
@@ -27,9 +28,9 @@ impl CudaKnn {
             .map_err(|e| GpuError::cuda("uploading", e))?;
         let mut c = gpu.zeros::<f32>(size * size, "allocating")?;
         let mut times = Vec::with_capacity(reps);
+        let g = score_gemm(size, (0, size), size);
         for rep in 0..=reps {
-            let a = F16Rows { buf: &a, offset: 0 };
-            let ms = gemm_f16_f32(&gpu, blas, (size, size, size), a, a, (&mut c, size))?;
+            let ms = gemm_f16_f32(&gpu, blas, &g, &a, &a, &mut c)?;
             if rep > 0 {
                 times.push(ms);
             }
@@ -63,18 +64,11 @@ pub(super) fn run_gemm_select(
         .blas
         .as_ref()
         .ok_or_else(|| GpuError::Unavailable("cuBLAS is not loaded".to_string()))?;
-    let key_end = if causal { n.min(row0 + rows) } else { n };
     let mut gemm_ms = 0.0;
-    let mut k0 = 0;
-    while k0 < key_end {
-        let cols = key_tile.min(key_end - k0);
-        let a = F16Rows {
-            buf: keys,
-            offset: k0 * dp,
-        };
-        let b = F16Rows { buf: q, offset: 0 };
-        gemm_ms += gemm_f16_f32(gpu, blas, (cols, rows, dp), a, b, (&mut *tile, cols))?;
-        let (ld, rows_i, cols_i) = (cols as i64, rows as i32, cols as i32);
+    for (k0, cols) in spans(key_end(n, row0, rows, causal), key_tile) {
+        let g = score_gemm(rows, (k0, cols), dp);
+        gemm_ms += gemm_f16_f32(gpu, blas, &g, keys, q, &mut *tile)?;
+        let (ld, rows_i, cols_i) = (g.ldc as i64, rows as i32, cols as i32);
         let (row0_i, col0_i, causal_i, k_i) = (row0 as i32, k0 as i32, causal as i32, k as i32);
         let cfg = launch_config(
             ((rows as u32).div_ceil(SELECT_ROWS_PER_BLOCK), 1),
@@ -93,63 +87,60 @@ pub(super) fn run_gemm_select(
             .arg(&mut *best.0)
             .arg(&mut *best.1);
         // SAFETY: `topk_select_tile(scores, ld, rows, cols, row0, col0, causal, k, best_s,
-        // best_i)`: the tile holds rows × ld f32 (ld = cols), the lists rows × k.
+        // best_i)`: the tile holds rows × ld f32 (ld = cols, checked by the GEMM), the lists
+        // rows × k.
         unsafe { b.launch(cfg) }.map_err(|e| GpuError::cuda("launching topk_select_tile", e))?;
-        k0 += cols;
     }
     Ok(gemm_ms)
 }
 
-/// Row-major f16 rows (as bits) in a device buffer, from element `offset`: a GEMM operand.
-#[derive(Clone, Copy)]
-pub(super) struct F16Rows<'a> {
-    pub(super) buf: &'a CudaSlice<u16>,
-    pub(super) offset: usize,
-}
-
-/// Column-major C (`m × n`, leading dimension `ldc`) = Aᵀ·B where A holds `m` rows of `k` halves
-/// (row-major, i.e. column-major `k × m`), and B `n` rows of `k` halves. In row-major terms:
-/// C (as `n × m`) = B·Aᵀ, the scores of B's rows against A's rows. Returns the GEMM's time
+/// Runs `g` ([`score_gemm`]: its parameters, checked against the buffers) with f16 A and B
+/// (as bits) and f32 C: C = op(A)·op(B) column-major, f32 accumulate. Returns the GEMM's time
 /// (CUDA events, ms).
 pub(super) fn gemm_f16_f32(
     gpu: &Gpu,
     blas: &CudaBlas,
-    (m, n, k): (usize, usize, usize),
-    a: F16Rows<'_>,
-    b: F16Rows<'_>,
-    (c, ldc): (&mut CudaSlice<f32>, usize),
+    g: &Gemm,
+    a: &CudaSlice<u16>,
+    b: &CudaSlice<u16>,
+    c: &mut CudaSlice<f32>,
 ) -> Result<f64> {
     use cudarc::cublas::sys::cudaDataType;
     use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t};
+    let [m, n, k, lda, ldb, ldc] = g.checked((a.len(), b.len(), c.len()))?;
+    let op = |o: Op| match o {
+        Op::N => cublasOperation_t::CUBLAS_OP_N,
+        Op::T => cublasOperation_t::CUBLAS_OP_T,
+    };
     let e0 = record(&gpu.compute)?;
     let (alpha, beta) = (1.0f32, 0.0f32);
     {
-        let (ap, _ra) = a.buf.device_ptr(&gpu.compute);
-        let (bp, _rb) = b.buf.device_ptr(&gpu.compute);
+        let (ap, _ra) = a.device_ptr(&gpu.compute);
+        let (bp, _rb) = b.device_ptr(&gpu.compute);
         let (cp, _rc) = c.device_ptr_mut(&gpu.compute);
-        let ap = ap + (a.offset * 2) as u64;
-        let bp = bp + (b.offset * 2) as u64;
-        // SAFETY: A holds ≥ a.offset + m·k halves, B ≥ b.offset + n·k, C ≥ ldc·n floats (by
-        // the callers' tile sizes); alpha and beta are host f32 as CUBLAS_COMPUTE_32F expects.
+        let ap = ap + (g.a_offset * 2) as u64;
+        let bp = bp + (g.b_offset * 2) as u64;
+        // SAFETY: A, B and C hold the elements `g` reads and writes (`Gemm::checked` above);
+        // alpha and beta are host f32 as CUBLAS_COMPUTE_32F expects.
         unsafe {
             cudarc::cublas::result::gemm_ex(
                 *blas.handle(),
-                cublasOperation_t::CUBLAS_OP_T,
-                cublasOperation_t::CUBLAS_OP_N,
-                m as i32,
-                n as i32,
-                k as i32,
+                op(g.transa),
+                op(g.transb),
+                m,
+                n,
+                k,
                 (&alpha as *const f32).cast(),
                 ap as *const std::ffi::c_void,
                 cudaDataType::CUDA_R_16F,
-                k as i32,
+                lda,
                 bp as *const std::ffi::c_void,
                 cudaDataType::CUDA_R_16F,
-                k as i32,
+                ldb,
                 (&beta as *const f32).cast(),
                 cp as *mut std::ffi::c_void,
                 cudaDataType::CUDA_R_32F,
-                ldc as i32,
+                ldc,
                 cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT_TENSOR_OP,
             )

@@ -22,6 +22,7 @@
 //! | `fused.rs` | [`Chunk`](fused::Chunk), a chunk of queries against the keys; launches of `topk_init` and `fused_score_topk` |
 //! | `gemm.rs` | cuBLAS `GemmEx` tiles each followed by `topk_select_tile`; the GEMM rate probe |
 //! | `radix.rs` | whole-row GEMM, then `radix_select_rows` and `sort_rows_desc` (any k ≤ n) |
+//! | `plan.rs` | what runs, without a GPU: the GEMM's cuBLAS parameters, chunk and key-tile sizes, the radix path's buffers (pure, unit-tested) |
 //! | `host.rs` | host side: padded f16 rows with range scaling, exact f32 rescoring, unscaling |
 //!
 //! ```text
@@ -37,6 +38,7 @@
 mod fused;
 mod gemm;
 mod host;
+mod plan;
 mod radix;
 mod run;
 mod setup;

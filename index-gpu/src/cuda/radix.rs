@@ -1,28 +1,23 @@
 //! The radix path, any k ≤ n: cuBLAS `GemmEx` writes whole rows of scores (every key a row
 //! sees), `radix_select_rows` keeps each row's best k (unordered, as packed 64-bit keys) and
-//! `sort_rows_desc` sorts them into the result lists, in the CPU's order (ties by id).
+//! `sort_rows_desc` sorts them into the result lists, in the CPU's order (ties by id). What runs
+//! (the keys each chunk sees, the GEMM, the buffer sizes, where the sort runs) is a
+//! [`RadixPlan`], tested without a GPU.
 
 use super::fused::{Chunk, Lists};
-use super::gemm::{gemm_f16_f32, F16Rows};
+use super::gemm::gemm_f16_f32;
+use super::plan::RadixPlan;
 use super::Gpu;
-use crate::kernels::{radix_slots, radix_sort_smem_bytes, RADIX_THREADS};
+use crate::kernels::RADIX_THREADS;
 use crate::runtime::launch_config;
 use crate::{GpuError, Result};
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
-/// Keys a chunk's rows see: all `n`, or causally up to the chunk's last row.
-pub(super) fn key_end(chunk: &Chunk<'_>) -> usize {
-    if chunk.causal {
-        chunk.n.min(chunk.row0 + chunk.rows)
-    } else {
-        chunk.n
-    }
-}
-
-/// Scores `chunk`'s rows against every key they see into `tile` (capacity ≥ rows × key_end f32,
-/// row-major with leading dimension key_end), selects each row's top k through `packed`
-/// (capacity ≥ rows × [`radix_slots`]`(k)`) into `best` (rows × k). Returns the GEMM time (ms).
+/// Scores `chunk`'s rows against every key they see into `tile` (capacity ≥ the plan's rows ×
+/// cols f32, row-major with leading dimension cols), selects each row's top k through `packed`
+/// (capacity ≥ rows × [`radix_slots`](crate::kernels::radix_slots)`(k)`) into `best` (rows × k).
+/// Returns the GEMM time (ms).
 pub(super) fn run_radix_select(
     gpu: &Gpu,
     chunk: &Chunk<'_>,
@@ -34,34 +29,22 @@ pub(super) fn run_radix_select(
         q,
         keys,
         rows,
+        n,
         dp,
         row0,
         causal,
         k,
-        ..
     } = *chunk;
     let blas = gpu
         .blas
         .as_ref()
         .ok_or_else(|| GpuError::Unavailable("cuBLAS is not loaded".to_string()))?;
-    let cols = key_end(chunk);
-    let slots = radix_slots(k);
-    if tile.len() < rows * cols || packed.len() < rows * slots {
-        return Err(GpuError::Input(format!(
-            "radix path: buffers of {} scores and {} keys for {rows} rows × {cols} keys, k = {k}",
-            tile.len(),
-            packed.len()
-        )));
-    }
-    let a = F16Rows {
-        buf: keys,
-        offset: 0,
-    };
-    let b = F16Rows { buf: q, offset: 0 };
-    let gemm_ms = gemm_f16_f32(gpu, blas, (cols, rows, dp), a, b, (&mut *tile, cols))?;
+    let plan = RadixPlan::new(rows, n, dp, row0, causal, k);
+    plan.check_buffers(tile.len(), packed.len())?;
+    let gemm_ms = gemm_f16_f32(gpu, blas, &plan.gemm, keys, q, &mut *tile)?;
 
-    let (ld, rows_i, cols_i, row0_i) = (cols as i64, rows as i32, cols as i32, row0 as i32);
-    let (causal_i, k_i, slots_i) = (causal as i32, k as i32, slots as i32);
+    let (ld, rows_i, cols_i, row0_i) = (plan.ld as i64, rows as i32, plan.cols as i32, row0 as i32);
+    let (causal_i, k_i, slots_i) = (causal as i32, k as i32, plan.slots as i32);
     let cfg = launch_config((rows as u32, 1), RADIX_THREADS, 0);
     let mut l = gpu.compute.launch_builder(&gpu.radix_select);
     l.arg(&*tile)
@@ -74,14 +57,12 @@ pub(super) fn run_radix_select(
         .arg(&slots_i)
         .arg(&mut *packed);
     // SAFETY: `radix_select_rows(scores, ld, rows, cols, row0, causal, k, kp, packed)`: the tile
-    // holds rows × ld f32 (ld = cols, checked above), packed rows × kp u64.
+    // holds rows × ld f32 (ld = cols), packed rows × kp u64 (`check_buffers` above).
     unsafe { l.launch(cfg) }.map_err(|e| GpuError::cuda("launching radix_select_rows", e))?;
 
     // Sorted in shared memory when a row's slots fit the block's opt-in limit, else in place.
-    let smem = radix_sort_smem_bytes(slots);
-    let in_smem = smem <= gpu.smem_optin;
-    let smem = if in_smem { smem } else { 0 };
-    if in_smem {
+    let sort_smem = plan.sort_smem(gpu.smem_optin);
+    if let Some(smem) = sort_smem {
         gpu.radix_sort
             .set_attribute(
                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -89,8 +70,12 @@ pub(super) fn run_radix_select(
             )
             .map_err(|e| GpuError::cuda("setting the sort kernel's shared memory", e))?;
     }
-    let in_smem_i = in_smem as i32;
-    let cfg = launch_config((rows as u32, 1), RADIX_THREADS, smem as u32);
+    let in_smem_i = sort_smem.is_some() as i32;
+    let cfg = launch_config(
+        (rows as u32, 1),
+        RADIX_THREADS,
+        sort_smem.unwrap_or(0) as u32,
+    );
     let mut l = gpu.compute.launch_builder(&gpu.radix_sort);
     l.arg(&mut *packed)
         .arg(&rows_i)

@@ -4,6 +4,7 @@
 use super::fused::{launch_fused, launch_init, Chunk, Lists};
 use super::gemm::run_gemm_select;
 use super::host::{pad_keys, pad_queries, rescore, unscale};
+use super::plan::{gemm_scratch, radix_scratch, reusable, spans};
 use super::radix::run_radix_select;
 use super::setup::candidates;
 use super::timer::DeviceTimer;
@@ -11,7 +12,7 @@ use super::{CudaKnn, Gpu, KernelPath, Timings};
 use crate::calibrate::{
     calibrate, path_name, CalibrationCache, CalibrationShape, CALIBRATION_REPS,
 };
-use crate::kernels::{radix_slots, FUSED_BM, FUSED_BN};
+use crate::kernels::{FUSED_BM, FUSED_BN};
 use crate::runtime::{elapsed_ms as elapsed, record};
 use crate::{GpuError, Result};
 use cudarc::driver::CudaSlice;
@@ -55,10 +56,8 @@ impl CudaKnn {
         let mut query_scales = vec![1.0f32; m];
         let mut scratch = Scratch::default();
         let mut pending: Option<Pending> = None;
-        let mut q0 = 0;
-        while q0 < m {
+        for (q0, rows) in spans(m, chunk) {
             options.cancel.check("GPU exact top-k")?;
-            let rows = chunk.min(m - q0);
             let started = Instant::now();
             let (qh, scales) = pad_queries(&queries[q0 * d..(q0 + rows) * d], d, dp, FUSED_BM);
             query_scales[q0..q0 + rows].copy_from_slice(&scales);
@@ -106,7 +105,6 @@ impl CudaKnn {
                 _queries: qd,
             });
             t.chunks += 1;
-            q0 += rows;
         }
         if let Some(p) = pending.take() {
             t.download_ms += p.download(&gpu, &mut ids, &mut scores)?;
@@ -162,17 +160,17 @@ impl CudaKnn {
             }
             KernelPath::Gemm => {
                 let key_tile = self.key_tile(gpu, chunk_rows, job.n)?;
-                let tile = scratch.tile(gpu, chunk_rows * key_tile)?;
+                let tile = scratch.tile(gpu, gemm_scratch(chunk_rows, key_tile))?;
                 run_gemm_select(gpu, job, (tile, key_tile), best)
             }
             KernelPath::Radix => {
-                let slots = chunk_rows * radix_slots(job.k);
+                let (tile_len, slots) = radix_scratch(chunk_rows, job.n, job.k);
                 let mut packed = match scratch.packed.take() {
-                    Some(p) if p.len() >= slots => p,
+                    Some(p) if reusable(Some(p.len()), slots) => p,
                     _ => gpu.zeros::<u64>(slots, "allocating packed keys")?,
                 };
                 let r = scratch
-                    .tile(gpu, chunk_rows * job.n)
+                    .tile(gpu, tile_len)
                     .and_then(|tile| run_radix_select(gpu, job, tile, &mut packed, best));
                 scratch.packed = Some(packed);
                 r
@@ -194,7 +192,7 @@ pub(super) struct Scratch {
 impl Scratch {
     /// The score tile, (re)allocated to hold at least `len` f32.
     fn tile(&mut self, gpu: &Gpu, len: usize) -> Result<&mut CudaSlice<f32>> {
-        if self.tile.as_ref().is_none_or(|t| t.len() < len) {
+        if !reusable(self.tile.as_ref().map(|t| t.len()), len) {
             self.tile = None; // free the old one first
             self.tile = Some(gpu.zeros::<f32>(len, "allocating the score tile")?);
         }

@@ -1,8 +1,10 @@
 //! Setting a [`CudaKnn`] up on a device ([`crate::runtime`]): the kernels compiled by NVRTC and
-//! loaded, the streams and cuBLAS; then per call the kernel path and the chunk and tile sizes.
+//! loaded, the streams and cuBLAS; then per call the kernel path, and the chunk and tile sizes
+//! from free memory (the sizes themselves: [`super::plan`]).
 
+use super::plan::{key_tile_cols, query_chunk_rows, Problem};
 use super::{CudaKnn, CudaKnnOptions, Gpu, KernelPath};
-use crate::kernels::{self, radix_slots, FUSED_BM, FUSED_BN, LIST_MAX_K, TOPK_FUNCTIONS};
+use crate::kernels::{self, LIST_MAX_K, TOPK_FUNCTIONS};
 use crate::runtime;
 use crate::{GpuError, Result};
 use cudarc::driver::sys::CUdevice_attribute;
@@ -56,8 +58,8 @@ impl CudaKnn {
         }
     }
 
-    /// Queries per chunk: a quarter of the queries (so that copies overlap), at least 4,096 and
-    /// at most 32,768, bounded by memory for the result lists.
+    /// Queries per chunk ([`query_chunk_rows`]): the one asked for in the options, else from
+    /// the problem and free device memory.
     pub(super) fn query_chunk(
         &self,
         gpu: &Gpu,
@@ -67,43 +69,23 @@ impl CudaKnn {
         dp: usize,
         k: usize,
     ) -> Result<usize> {
-        if self.options.query_chunk > 0 {
-            return Ok(self.options.query_chunk.next_multiple_of(FUSED_BM));
-        }
-        let (free, _) = gpu
-            .ctx
-            .mem_get_info()
-            .map_err(|e| GpuError::cuda("reading free memory", e))?;
-        let keys_bytes = n.next_multiple_of(FUSED_BN) * dp * 2;
-        let budget = free.saturating_sub(keys_bytes) / 4;
-        // Per query: its f16 row, its result lists, and (gemm) a row of the score tile, (radix)
-        // a whole row of scores and the packed keys.
-        let tile_row = match path {
-            KernelPath::Gemm => 4 * n.min(65_536),
-            KernelPath::Radix => 4 * n + 8 * radix_slots(k),
-            _ => 0,
-        };
-        let per_query = 2 * dp + 8 * k + tile_row;
-        let mut by_memory = (budget / per_query.max(1)).max(FUSED_BM);
-        if path == KernelPath::Radix {
-            // Whole rows of scores: keep the tile within 2³¹ elements (cuBLAS's int sizes).
-            by_memory = by_memory.min(((1usize << 31) / n.max(1)).max(FUSED_BM));
-        }
-        let target = m.div_ceil(4).clamp(4096, 32_768);
-        Ok(target.min(by_memory).next_multiple_of(FUSED_BM))
+        let problem = Problem { path, m, n, dp, k };
+        query_chunk_rows(&problem, self.options.query_chunk, || free_memory(gpu))
     }
 
-    /// Keys per GEMM tile: the score tile (chunk × tile f32) takes at most a quarter of free memory
-    /// and 4 GiB.
+    /// Keys per GEMM tile for chunks of `chunk` queries ([`key_tile_cols`]).
     pub(super) fn key_tile(&self, gpu: &Gpu, chunk: usize, n: usize) -> Result<usize> {
-        let (free, _) = gpu
-            .ctx
-            .mem_get_info()
-            .map_err(|e| GpuError::cuda("reading free memory", e))?;
-        let budget = (free / 4).min(4 << 30);
-        let cols = (budget / (4 * chunk)).max(256) / 256 * 256;
-        Ok(cols.min(n.next_multiple_of(256)))
+        Ok(key_tile_cols(free_memory(gpu)?, chunk, n))
     }
+}
+
+/// Free device memory, bytes.
+fn free_memory(gpu: &Gpu) -> Result<usize> {
+    let (free, _) = gpu
+        .ctx
+        .mem_get_info()
+        .map_err(|e| GpuError::cuda("reading free memory", e))?;
+    Ok(free)
 }
 
 /// What a device can run for one call.
