@@ -174,9 +174,10 @@ impl Problem {
 }
 
 /// Queries per chunk, a multiple of [`FUSED_BM`]: `requested` (rounded up) when non-zero, else a
-/// quarter of the queries (so that copies overlap), at least 4,096 and at most 32,768, bounded by
-/// `free()` bytes of device memory ([`Problem::chunk_budget`]) and, on the radix path, by
-/// [`RADIX_TILE_MAX`] scores. `free` is read only without a request.
+/// quarter of the queries (so that copies overlap), at least 4,096 and at most 32,768, within
+/// `free()` bytes of device memory ([`Problem::chunk_budget`]) and, on the radix path,
+/// [`RADIX_TILE_MAX`] scores, wherever [`FUSED_BM`] rows fit them. `free` is read only without a
+/// request.
 pub(crate) fn query_chunk_rows(
     p: &Problem,
     requested: usize,
@@ -191,8 +192,14 @@ pub(crate) fn query_chunk_rows(
         // Whole rows of scores: keep the tile within 2³¹ elements (cuBLAS's int sizes).
         by_memory = by_memory.min((RADIX_TILE_MAX / p.n.max(1)).max(FUSED_BM));
     }
-    let target = p.m.div_ceil(4).clamp(4096, 32_768);
-    Ok(target.min(by_memory).next_multiple_of(FUSED_BM))
+    let target =
+        p.m.div_ceil(4)
+            .clamp(4096, 32_768)
+            .next_multiple_of(FUSED_BM);
+    // The bounds rounded down to whole blocks of rows (rounded up, a chunk could pass them by up
+    // to 63 rows), one block at least.
+    let bound = (by_memory / FUSED_BM * FUSED_BM).max(FUSED_BM);
+    Ok(target.min(bound))
 }
 
 /// Keys per GEMM tile (gemm path) for chunks of `chunk` queries and `n` keys: the score tile
@@ -485,6 +492,8 @@ mod tests {
         assert_eq!(chunk(Fused, 100, 1000, 128, 10, 80 * GIB), 4096);
         assert_eq!(chunk(Fused, 40_000, 1000, 128, 10, 80 * GIB), 10_048);
         assert_eq!(chunk(Gemm, 1 << 20, 1000, 128, 10, 80 * GIB), 32_768);
+        // The radix tile's bound, 2³¹ / 600,000 = 3,579.1 rows: 3,520, not 3,584.
+        assert_eq!(chunk(Radix, 1 << 20, 600_000, 128, 100, 80 * GIB), 3_520);
         // A request wins, rounded up; free memory is not read then.
         let p = Problem {
             path: Radix,
@@ -506,6 +515,7 @@ mod tests {
                 (5_000, 3_000_000, 64, 50),
                 (1, 1, 16, 1),
                 (50_000, 1_000_000, 128, 100_000),
+                (1 << 20, 600_000, 128, 100), // radix: 2³¹ / n = 3,579.1 rows
             ] {
                 for free in [GIB / 2, 4 * GIB, 20 * GIB, 78 * GIB, 139 * GIB] {
                     let p = Problem { path, m, n, dp, k };
@@ -513,16 +523,13 @@ mod tests {
                     let what = format!("{p:?}, {free} bytes free: chunk {c}");
                     assert!(c >= FUSED_BM && c.is_multiple_of(FUSED_BM), "{what}");
                     assert!(c <= 32_768, "{what}");
-                    // Within the memory budget wherever the smallest chunk fits it, up to the
-                    // rounding of the bound to a multiple of 64 rows.
+                    // Within the memory budget wherever the smallest chunk fits it.
                     let budget = p.chunk_budget(free);
-                    let fits = (budget / p.bytes_per_query()).next_multiple_of(FUSED_BM);
                     if budget >= FUSED_BM * p.bytes_per_query() {
-                        assert!(c <= fits, "{what}: over {budget}");
+                        assert!(c * p.bytes_per_query() <= budget, "{what}: over {budget}");
                     }
-                    let radix_fits = (RADIX_TILE_MAX / n).next_multiple_of(FUSED_BM);
                     if path == Radix && n <= RADIX_TILE_MAX / FUSED_BM {
-                        assert!(c <= radix_fits, "{what}: tile of {} scores", c * n);
+                        assert!(c * n <= RADIX_TILE_MAX, "{what}: tile of {} scores", c * n);
                     }
                     // The radix scratch of that chunk holds every chunk's buffers.
                     let rows = c.min(m);
