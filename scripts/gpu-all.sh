@@ -8,13 +8,18 @@
 #            both --device cuda (synthetic dump made here by shared/tools/synth_ood.py, numpy)
 #   driver/  scripts/gpu-driver-check.sh: the CUDA model, prefill and decode, SDPA next to it
 #            (--quick sizes)
+#   batch/   `qkindex --device cuda batch` past the CUDA model's 4 device KV caches
+#            (CACHES_KEPT): batches of 4, 5 and 8 sequences, each its own cache, under full and
+#            index-topk at 512 positions (it runs, no parity check); only where the model file
+#            is here (models/ is git-ignored and over the carry limit: without it
+#            batch/skipped.txt says so and nothing fails)
 #   hf/      qkindex.hf on a random-weight Llama-3.2-1B-shaped model in bf16 (scripts/gpu_hf.py:
 #            sdpa, exact-topk, index-topk, index-topk + offload at 32,768 and 131,072 tokens,
 #            16 new tokens; no run starts after 100 seconds), JSON hf-<GPU>.json for docs/gpu/
-# Time: each stage runs under a timeout (knn 75 s, builds 60 s, driver 75 s, hf 150 s), so the
-# whole call ends within 6 minutes; a stage cut short leaves its rows `measured: null` (or the
-# runs gpu_hf.py lists as skipped), never guessed. --full runs knn and driver at their full
-# sizes (about 8 more minutes: not for the 15-minute session budget).
+# Time: each stage runs under a timeout (knn 75 s, builds 60 s, driver 75 s, batch 60 s, hf
+# 150 s), so the whole call ends within 7 minutes; a stage cut short leaves its rows
+# `measured: null` (or the runs gpu_hf.py lists as skipped), never guessed. --full runs knn and
+# driver at their full sizes (about 8 more minutes: not for the 15-minute session budget).
 #   bash scripts/gpu-all.sh OUTDIR [--full]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -59,6 +64,22 @@ else
 fi
 
 timeout "$t_driver" bash scripts/gpu-driver-check.sh "$out/driver" $size || status=1
+
+# The CUDA model keeps 4 device KV caches; a batch of B sequences has B caches, so B > 4 evicts
+# and re-uploads caches every step. This runs that path; it needs the model file.
+echo "== batch decode past 4 device KV caches (qkindex --device cuda batch)"
+mkdir -p "$out/batch"
+model=models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ -f "$model" ]; then
+    # 8 prompts of 504 tokens from the bundled text (about 8K tokens); sink and window as in
+    # driver/tests/batch.rs, so that index-topk retrieves at this length.
+    timeout 60 gpu-bundle/bin/qkindex --device cuda batch --model "$model" --context 512 \
+        --new 8 --batch 4,5,8 --policy full,index-topk --no-reference --sink 16 --window 64 \
+        --k 20 --json "$out/batch/batch.json" 2>&1 | tee "$out/batch/batch.log" || status=1
+else
+    echo "skipped: no $model on this machine (git-ignored, over the carry limit)" |
+        tee "$out/batch/skipped.txt"
+fi
 
 echo "== qkindex.hf on the GPU (scripts/gpu_hf.py)"
 mkdir -p "$out/hf"
