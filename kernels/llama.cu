@@ -1,10 +1,10 @@
 // Kernels of the Llama forward pass for the driver's CUDA backend: f32 data throughout, row-major.
-// They compute what `driver/src/model/ops.rs` (RMSNorm, RoPE, SwiGLU, causal grouped-query
+// They compute what `model/src/ops.rs` (RMSNorm, RoPE, SwiGLU, causal grouped-query
 // attention) and `driver/src/retrieval/softmax.rs` (online-softmax parts and their exact merge)
 // compute on the CPU; the GEMMs of the linear layers are cuBLAS's, not here.
-// Each kernel is one operation of the `Backend` trait (`driver/src/model/backend.rs`); the order
-// in which the host launches them is the layer written once in `driver/src/model/block.rs`, and
-// `driver/src/model/cuda/kernels.rs` holds one launch per kernel.
+// Each kernel is one operation of the `Backend` trait (`model/src/backend.rs`); the order
+// in which the host launches them is the layer written once in `model/src/block.rs`, and
+// `model/src/cuda/kernels.rs` holds one launch per kernel.
 //
 // Compiled at run time by NVRTC with default options (no --use_fast_math: `expf`, `sqrtf` and
 // division are the precise ones). It includes no header, so that it compiles with NVRTC alone.

@@ -78,6 +78,9 @@ export QKINDEX_REQUIRE_NVRTC=1
 if [ -n "${QKINDEX_SKIP_CARGO:-}" ]; then
     echo "script: cargo test --workspace and scripts/kernel-emu.sh: QKINDEX_SKIP_CARGO is set" >> "$QKINDEX_SKIP_LOG"
 else
+    echo "== floors: no file-level import cycle in model/src, driver/src/retrieval, index-core/src/attention"
+    python3 scripts/check-floors.py --self-test
+    python3 scripts/check-floors.py
     echo "== cargo test --workspace"
     cargo test --workspace --no-fail-fast
     echo "== CUDA kernels run on the CPU (scripts/kernel-emu.sh)"

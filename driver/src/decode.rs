@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::model::llama::PREFILL_CHUNK;
-use crate::model::{CaptureFn, KvCache, LayerCapture, Llama, ModelError, Timings};
 use crate::retrieval::{cache_keys, PolicyConfig, PolicyKind, Retrieval, RetrievalStats, Shape};
+use qkindex_model::llama::PREFILL_CHUNK;
+use qkindex_model::{CaptureFn, KvCache, LayerCapture, Llama, ModelError, Timings};
 
 /// A prefilled sequence: its cache, its queries per layer (row-major
 /// `n × (n_heads · head_dim)`, empty when not captured) and the logits of its last position.
@@ -224,7 +224,7 @@ impl<'m> Decoder<'m> {
         let policy = self
             .retrieval
             .as_mut()
-            .map(|r| r as &mut dyn crate::model::DecodeAttention);
+            .map(|r| r as &mut dyn qkindex_model::DecodeAttention);
         let hidden = self.llama.forward_with(
             &[token],
             &mut self.cache,
@@ -310,7 +310,7 @@ pub fn step_batch(
             let policy = d
                 .retrieval
                 .as_mut()
-                .map(|r| r as &mut dyn crate::model::DecodeAttention);
+                .map(|r| r as &mut dyn qkindex_model::DecodeAttention);
             (&mut d.cache, policy)
         })
         .unzip();

@@ -13,8 +13,8 @@ use std::sync::{Once, OnceLock};
 use qkindex::{KeyStore, KnnBackend, KnnOptions, KnnResult};
 use qkindex_gpu::{Device, GpuError, Selected};
 
-use crate::model::cuda::CudaBackend;
-use crate::model::{ModelDevice, ModelError};
+use qkindex_model::cuda::CudaBackend;
+use qkindex_model::{ModelDevice, ModelError};
 
 /// Where index builds and forward passes run.
 #[derive(Debug)]

@@ -1,8 +1,8 @@
-//! `qkindex-driver` library: the model (GGUF loading, tokenizer, one forward pass over CPU or CUDA
-//! operations) that the `qkindex` binary's subcommands use, the devices a run passes around, and
-//! retrieval attention for its decode steps. Integration tests reach it here.
+//! `qkindex-driver` library: the decode loop that runs the transformer of `qkindex-model` with
+//! retrieval attention (the policies of `retrieval/`, plugged in through the model's
+//! `DecodeAttention` hook), and the devices a run passes around. The `qkindex` binary's
+//! subcommands use it; integration tests reach it here.
 
 pub mod decode;
 pub mod devices;
-pub mod model;
 pub mod retrieval;

@@ -6,8 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use qkindex_driver::model::gguf::{write_gguf, GgufFile, MetaValue};
-use qkindex_driver::model::{
+use qkindex_model::gguf::{write_gguf, GgufFile, MetaValue};
+use qkindex_model::{
     sha256_file, Config, Model, ModelDevice, ModelError, ModelTokenizer, Timings, Weights,
 };
 

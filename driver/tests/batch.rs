@@ -6,8 +6,8 @@ use std::path::Path;
 
 use qkindex::CpuKnn;
 use qkindex_driver::decode::{prefill, step_batch, Decoder, Prefill};
-use qkindex_driver::model::{argmax, find_default_model, Model, ModelDevice, Timings};
 use qkindex_driver::retrieval::{PolicyConfig, PolicyKind};
+use qkindex_model::{argmax, find_default_model, Model, ModelDevice, Timings};
 
 #[path = "../../tests/support/skip.rs"]
 mod skip;

@@ -11,7 +11,7 @@
 mod common;
 
 use qkindex_driver::decode::log_softmax;
-use qkindex_driver::model::{argmax, Model, ModelDevice, Timings};
+use qkindex_model::{argmax, Model, ModelDevice, Timings};
 
 /// Perplexity of the first 512 tokens (BOS included) of licenses-head.txt, measured by this
 /// forward pass after it reproduced the reference's GPL-3 perplexity (see the module doc).

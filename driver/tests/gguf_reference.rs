@@ -9,7 +9,7 @@ mod common;
 
 use std::path::Path;
 
-use qkindex_driver::model::gguf::GgufFile;
+use qkindex_model::gguf::GgufFile;
 
 #[derive(serde::Deserialize)]
 struct Fixture {

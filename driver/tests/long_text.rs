@@ -7,7 +7,7 @@
 
 mod common;
 
-use qkindex_driver::model::{Model, ModelDevice, RopeScaling};
+use qkindex_model::{Model, ModelDevice, RopeScaling};
 
 #[test]
 fn the_essays_hold_a_gemma3_context_of_131072_tokens() {

@@ -11,9 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use qkindex_driver::model::{
-    argmax, LayerCapture, Model, ModelDevice, Timings, DEFAULT_MODEL_FILE,
-};
+use qkindex_model::{argmax, LayerCapture, Model, ModelDevice, Timings, DEFAULT_MODEL_FILE};
 
 #[path = "../../tests/support/skip.rs"]
 mod skip;

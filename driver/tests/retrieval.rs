@@ -7,8 +7,8 @@ use std::path::Path;
 use qkindex::CpuKnn;
 use qkindex::IndexSpec;
 use qkindex_driver::decode::{prefill, Decoder};
-use qkindex_driver::model::{find_default_model, Model, ModelDevice};
 use qkindex_driver::retrieval::{PolicyConfig, PolicyKind};
+use qkindex_model::{find_default_model, Model, ModelDevice};
 
 #[path = "../../tests/support/skip.rs"]
 mod skip;

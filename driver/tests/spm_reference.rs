@@ -8,8 +8,8 @@
 
 mod common;
 
-use qkindex_driver::model::gguf::GgufFile;
-use qkindex_driver::model::ModelTokenizer;
+use qkindex_model::gguf::GgufFile;
+use qkindex_model::ModelTokenizer;
 
 #[derive(serde::Deserialize)]
 struct Fixture {

@@ -4,8 +4,8 @@
 //! asked once per layer step; a malformed supply is an error. Synthetic data, no model needed.
 
 use qkindex::IndexSpec;
-use qkindex_driver::model::{DecodeAttention, DecodeStep, StaticParts};
 use qkindex_driver::retrieval::{PolicyConfig, PolicyKind, Retrieval, Shape};
+use qkindex_model::{DecodeAttention, DecodeStep, StaticParts};
 
 const SHAPE: Shape = Shape {
     n_layers: 2,

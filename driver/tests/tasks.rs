@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use qkindex_driver::model::find_default_model;
+use qkindex_model::find_default_model;
 
 #[path = "../../tests/support/skip.rs"]
 mod skip;

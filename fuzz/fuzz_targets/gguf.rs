@@ -1,4 +1,4 @@
-//! Fuzzes the driver's GGUF reader and what loading a model does with its contents: arbitrary
+//! Fuzzes the model crate's GGUF reader and what loading a model does with its contents: arbitrary
 //! bytes must give a model's parts or a typed error, never a panic or a giant allocation (the
 //! hyperparameters are bounded before anything is sized by them, tensor data by the file).
 #![no_main]
@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use qkindex_driver::model::gguf::GgufFile;
-use qkindex_driver::model::{Config, ModelTokenizer, Weights};
+use qkindex_model::gguf::GgufFile;
+use qkindex_model::{Config, ModelTokenizer, Weights};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(g) = GgufFile::from_bytes(Path::new("fuzz.gguf"), data.to_vec()) else {

@@ -13,8 +13,8 @@ use clap::Args;
 use indicatif::ProgressBar;
 use qkindex_driver::decode::{prefill_with, step_batch, Decoder, Prefill};
 use qkindex_driver::devices::Devices;
-use qkindex_driver::model::{argmax, Model, Timings};
 use qkindex_driver::retrieval::PolicyConfig;
+use qkindex_model::{argmax, Model, Timings};
 use serde::Serialize;
 
 use super::model_args::PolicyRunArgs;

@@ -12,8 +12,8 @@ use clap::Args;
 use qkindex::dump::{Dump, Part};
 use qkindex::synth::Rng;
 use qkindex_driver::devices::Devices;
-use qkindex_driver::model::{DecodeAttention, DecodeStep};
 use qkindex_driver::retrieval::{PolicyKind, Retrieval, Shape};
+use qkindex_model::{DecodeAttention, DecodeStep};
 use serde::Serialize;
 
 use super::policy_args::PolicyArgs;

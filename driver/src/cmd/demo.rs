@@ -11,8 +11,8 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use qkindex_driver::decode::{prefill_with, Decoder, Prefill};
 use qkindex_driver::devices::Devices;
-use qkindex_driver::model::{argmax, find_default_model, KvCache, LayerCapture, Model};
 use qkindex_driver::retrieval::{build_tally, BuildTally, PolicyConfig, PolicyKind};
+use qkindex_model::{argmax, find_default_model, KvCache, LayerCapture, Model};
 
 use super::model_args::ModelArgs;
 use super::policy_args::PolicyArgs;

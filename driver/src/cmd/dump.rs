@@ -12,8 +12,8 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use qkindex_driver::devices::Devices;
-use qkindex_driver::model::llama::PREFILL_CHUNK;
-use qkindex_driver::model::{argmax, LayerCapture, Model, ModelError, Timings};
+use qkindex_model::llama::PREFILL_CHUNK;
+use qkindex_model::{argmax, LayerCapture, Model, ModelError, Timings};
 
 use super::model_args::ModelArgs;
 

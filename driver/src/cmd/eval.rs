@@ -10,8 +10,8 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use qkindex_driver::decode::{log_softmax, prefill_with, Decoder, Latency, Prefill};
 use qkindex_driver::devices::Devices;
-use qkindex_driver::model::{argmax, Model};
 use qkindex_driver::retrieval::{build_tally, PolicyConfig, PolicyKind, SeededProbe};
+use qkindex_model::{argmax, Model};
 use serde::Serialize;
 
 use super::model_args::PolicyRunArgs;

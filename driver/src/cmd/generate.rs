@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use clap::Args;
 use qkindex_driver::devices::Devices;
-use qkindex_driver::model::{argmax, chat_prompt, ModelError, Timings, DEFAULT_SYSTEM};
+use qkindex_model::{argmax, chat_prompt, ModelError, Timings, DEFAULT_SYSTEM};
 
 use super::model_args::ModelArgs;
 

@@ -19,11 +19,11 @@ use anyhow::{bail, Context};
 use clap::Args;
 use qkindex_driver::decode::{prefill, Decoder};
 use qkindex_driver::devices::Devices;
-use qkindex_driver::model::{
+use qkindex_driver::retrieval::{PolicyConfig, PolicyKind};
+use qkindex_model::{
     argmax, find_default_model, Config, CudaBackend, Heads, Llama, Model, ModelDevice, Timings,
     Weights,
 };
-use qkindex_driver::retrieval::{PolicyConfig, PolicyKind};
 use serde_json::json;
 
 #[derive(Debug, Args)]

@@ -4,8 +4,8 @@
 
 use qkindex::KnnBackend;
 use qkindex_driver::decode::{Decoder, Prefill};
-use qkindex_driver::model::{argmax, Model};
 use qkindex_driver::retrieval::PolicyConfig;
+use qkindex_model::{argmax, Model};
 
 use super::BUNDLED_TEXT;
 

@@ -7,9 +7,9 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 use qkindex_driver::devices::Devices;
-use qkindex_driver::model::cache::KvDtype;
-use qkindex_driver::model::config::{RopeScaling, MAX_DEFAULT_SCALING};
-use qkindex_driver::model::{Model, ModelError, KNOWN_MODELS};
+use qkindex_model::cache::KvDtype;
+use qkindex_model::config::{RopeScaling, MAX_DEFAULT_SCALING};
+use qkindex_model::{Model, ModelError, KNOWN_MODELS};
 
 use super::policy_args::PolicyArgs;
 

@@ -8,8 +8,8 @@ use clap::Args;
 use qkindex::synth::Rng;
 use qkindex_driver::decode::prefill;
 use qkindex_driver::devices::Devices;
-use qkindex_driver::model::Model;
 use qkindex_driver::retrieval::PolicyKind;
+use qkindex_model::Model;
 use serde::Serialize;
 
 use super::longctx::{ask, fit, haystack_text, Haystack};

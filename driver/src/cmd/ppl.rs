@@ -6,8 +6,8 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 use qkindex_driver::devices::Devices;
-use qkindex_driver::model::llama::PREFILL_CHUNK;
-use qkindex_driver::model::Timings;
+use qkindex_model::llama::PREFILL_CHUNK;
+use qkindex_model::Timings;
 
 use super::model_args::ModelArgs;
 

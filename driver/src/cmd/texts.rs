@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use anyhow::Context;
-use qkindex_driver::model::sha256_file;
+use qkindex_model::sha256_file;
 
 use super::BUNDLED_TEXT;
 

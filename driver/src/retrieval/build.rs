@@ -7,50 +7,44 @@ use rayon::prelude::*;
 use super::ids::Split;
 use super::policy::PolicyConfig;
 use super::selector::HeadPrefill;
-use super::step::{Head, Layer};
-use crate::model::{Config, KvCache, ModelError};
-
-/// The attention shape a [`Retrieval`](super::Retrieval) serves.
-#[derive(Clone, Copy, Debug)]
-pub struct Shape {
-    pub n_layers: usize,
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
-    pub head_dim: usize,
-}
-
-impl Shape {
-    pub fn of(c: &Config) -> Self {
-        Shape {
-            n_layers: c.n_layers,
-            n_heads: c.n_heads,
-            n_kv_heads: c.n_kv_heads,
-            head_dim: c.head_dim,
-        }
-    }
-}
+use super::shape::Shape;
+use qkindex_model::{KvCache, ModelError};
 
 /// Keys of (layer, KV head) from a model's cache, as [`Retrieval::new`] takes them.
 pub fn cache_keys(cache: &KvCache, head_dim: usize) -> impl Fn(usize, usize) -> Vec<f32> + '_ {
     move |layer, g| cache.keys(layer, g, head_dim).to_vec()
 }
 
+/// One layer as the prefill leaves it: how the decode step attends it, and for split layers
+/// each KV head's state `H` (the step's `Head`, made by the `head` function of
+/// [`build_layers`]: this file names no type of the step).
+pub(super) enum Layer<H> {
+    /// Attends every key (`dense_layers`): a score buffer per KV head.
+    Dense(Vec<Vec<f32>>),
+    /// A sliding-window layer the model attends itself (`local_layers`): never called.
+    Local,
+    /// Static set + selection, per KV head.
+    Split(Vec<H>),
+}
+
 /// Each layer's state after a prefill of `n` positions (the arguments as
-/// [`Retrieval::new`](super::Retrieval::new) takes them): a selector per KV head, or nothing
-/// for dense and local layers.
+/// [`Retrieval::new`](super::Retrieval::new) takes them): `head(prefill)` per KV head (its
+/// selector, built), or nothing for dense and local layers.
 ///
 /// The (layer, KV head) builds run in parallel (rayon; each build is parallel inside as well,
 /// but its connectivity pass and bookkeeping are sequential), so `progress` sees them in the
 /// order they finish. Every build is deterministic: the result does not depend on that order.
-pub(super) fn build_layers(
+#[allow(clippy::too_many_arguments)]
+pub(super) fn build_layers<H: Send>(
     cfg: &PolicyConfig,
     shape: Shape,
     keys_of: &(dyn Fn(usize, usize) -> Vec<f32> + Sync),
     n: usize,
     prefill_q: &[Vec<f32>],
     knn: &dyn KnnBackend,
+    head: impl Fn(&HeadPrefill<'_>) -> Result<H, ModelError> + Sync,
     progress: impl FnMut(usize, usize) + Send,
-) -> Result<Vec<Layer>, ModelError> {
+) -> Result<Vec<Layer<H>>, ModelError> {
     let split = Split::at(n, cfg.sink, cfg.window);
     let progress = std::sync::Mutex::new(progress);
     let report = |layer: usize, g: usize| {
@@ -61,7 +55,7 @@ pub(super) fn build_layers(
     let jobs: Vec<(usize, usize)> = (0..shape.n_layers)
         .flat_map(|layer| (0..shape.n_kv_heads).map(move |g| (layer, g)))
         .collect();
-    let built: Vec<Option<Head>> = jobs
+    let built: Vec<Option<H>> = jobs
         .par_iter()
         .map(|&(layer, g)| {
             let head = if cfg.is_dense(layer) || cfg.is_local(layer) {
@@ -73,7 +67,7 @@ pub(super) fn build_layers(
                 })?;
                 let queries = prefill_q.get(layer).map(Vec::as_slice);
                 let prefill = HeadPrefill::new(cfg, shape, (layer, g), split, keys, queries, knn);
-                Some(Head::build(&prefill)?)
+                Some(head(&prefill)?)
             };
             report(layer, g);
             Ok(head)
@@ -82,7 +76,7 @@ pub(super) fn build_layers(
     let mut built = built.into_iter();
     let layers = (0..shape.n_layers)
         .map(|layer| {
-            let heads: Vec<Head> = built.by_ref().take(shape.n_kv_heads).flatten().collect();
+            let heads: Vec<H> = built.by_ref().take(shape.n_kv_heads).flatten().collect();
             if cfg.is_local(layer) {
                 Layer::Local
             } else if cfg.is_dense(layer) {

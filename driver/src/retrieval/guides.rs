@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 
 use super::ids::Split;
 use super::selector::HeadPrefill;
-use crate::model::{simd, ModelError};
+use qkindex_model::{simd, ModelError};
 
 /// A window key with the best query seen for it.
 #[derive(Clone, Debug)]

@@ -22,7 +22,8 @@
 //! |---|---|
 //! | `policy.rs` | `PolicyKind`, `PolicyConfig`: which selector and its sizes |
 //! | `selector/` | the `Selector` trait and one file per selector; the policy → selector factory |
-//! | `build.rs` | `Shape`; the end of the prefill: every (layer, KV head)'s selector, built in parallel |
+//! | `shape.rs` | `Shape`: the attention shape served |
+//! | `build.rs` | the end of the prefill: every (layer, KV head)'s selector, built in parallel |
 //! | `step.rs` | `Retrieval`: per-head state and the decode step in phases (the `DecodeAttention` hook) |
 //! | `guides.rs` | per window key, the query that guides its insertion when it leaves the window |
 //! | `ids.rs` | `Pos`, `RestId` and the split of positions into sinks, rest and window |
@@ -45,16 +46,18 @@ mod policy;
 mod probes;
 pub mod rest;
 mod selector;
+mod shape;
 pub mod softmax;
 mod stats;
 mod step;
 pub mod tail;
 
-pub use build::{cache_keys, Shape};
+pub use build::cache_keys;
 pub use ids::{Pos, RestId, Split};
 pub use policy::{PolicyConfig, PolicyKind};
 pub use probes::{SeededProbe, SelectEvent, StepObserver, WIDER_EF};
 pub use rest::RestIndex;
 pub use selector::{build_tally, BuildTally, HeadPrefill, Selection, Selector};
+pub use shape::Shape;
 pub use stats::{ReTopKCounts, RetrievalStats, WiderRun};
 pub use step::Retrieval;

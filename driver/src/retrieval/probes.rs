@@ -14,7 +14,7 @@ use super::ids::{Pos, RestId, Split};
 use super::policy::PolicyConfig;
 use super::selector::{Selection, Selector};
 use super::stats::{measure, ReTopKCounts, RetrievalStats, WiderRun};
-use crate::model::ModelError;
+use qkindex_model::ModelError;
 
 /// `ef` factors of the unseeded comparison searches beyond the seeded search's own `ef`.
 pub const WIDER_EF: [f64; 3] = [1.25, 1.5, 2.0];
@@ -139,8 +139,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::model::{DecodeAttention, DecodeStep};
     use crate::retrieval::{PolicyKind, Retrieval, Shape};
+    use qkindex_model::{DecodeAttention, DecodeStep};
 
     const SHAPE: Shape = Shape {
         n_layers: 2,

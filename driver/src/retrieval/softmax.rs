@@ -3,7 +3,7 @@
 //! `exp(score − max)` and the unnormalised output `Σ exp(score − max) · v` — and parts merge by
 //! rescaling with `exp(max_i − max)`. The split adds no error beyond which keys were chosen.
 
-use crate::model::simd;
+use qkindex_model::simd;
 
 /// Attention over one part of the keys for one query head.
 #[derive(Clone, Debug)]

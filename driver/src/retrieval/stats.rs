@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::ids::{Pos, Split};
-use crate::model::simd;
+use qkindex_model::simd;
 
 /// What the decode steps did, accumulated.
 #[derive(Clone, Debug, Default, serde::Serialize)]

@@ -9,16 +9,17 @@ use std::time::{Duration, Instant};
 use qkindex::KnnBackend;
 use rayon::prelude::*;
 
-use super::build::{self, Shape};
+use super::build;
 use super::guides::Guides;
 use super::ids::{Pos, Split};
 use super::policy::PolicyConfig;
 use super::probes::{SelectEvent, StepObserver};
 use super::selector::{self, HeadPrefill, Selection, Selector};
+use super::shape::Shape;
 use super::softmax::Partial;
 use super::stats::{measure, Measured, RetrievalStats};
 use super::tail::{self, tail_part, TailScratch};
-use crate::model::{DecodeAttention, DecodeStep, ModelError, StaticPartFn, StaticParts};
+use qkindex_model::{DecodeAttention, DecodeStep, ModelError, StaticPartFn, StaticParts};
 
 /// The decode hook of a policy other than `full`: per layer and KV head, a selector and the
 /// window's bookkeeping.
@@ -32,15 +33,8 @@ pub struct Retrieval {
     observer: Option<Box<dyn StepObserver>>,
 }
 
-/// One layer's state.
-pub(super) enum Layer {
-    /// Attends every key (`dense_layers`): a score buffer per KV head.
-    Dense(Vec<Vec<f32>>),
-    /// A sliding-window layer the model attends itself (`local_layers`): never called.
-    Local,
-    /// Static set + selection, per KV head.
-    Split(Vec<Head>),
-}
+/// One layer's state: [`build::Layer`] of this step's heads.
+type Layer = build::Layer<Head>;
 
 /// One KV head of one layer.
 pub(super) struct Head {
@@ -101,7 +95,16 @@ impl Retrieval {
     ) -> Result<Self, ModelError> {
         let t0 = Instant::now();
         cfg.check(n)?;
-        let layers = build::build_layers(&cfg, shape, keys_of, n, prefill_q, knn, progress)?;
+        let layers = build::build_layers(
+            &cfg,
+            shape,
+            keys_of,
+            n,
+            prefill_q,
+            knn,
+            Head::build,
+            progress,
+        )?;
         let last_served = (0..shape.n_layers)
             .rev()
             .find(|&l| !cfg.is_local(l))

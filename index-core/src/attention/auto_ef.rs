@@ -12,64 +12,13 @@
 //! when every head searched at its group's worst head's `ef`).
 
 use super::far_check::{check_rows, head_runs, ladder, sweep, CheckSet, Step, CHECK_K};
+use super::stats::AutoEf;
 use super::AttentionIndex;
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::knn::KnnBackend;
 use crate::search::AnnIndex;
 use std::time::Instant;
-
-/// What the calibration measured and the `default_ef` it set.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
-pub struct AutoEf {
-    /// Mean recall@100 asked of every head.
-    pub target: f64,
-    /// Check queries, and the query heads they came from.
-    pub queries: usize,
-    pub heads: usize,
-    /// The `ef` the worst head needed (the first swept `ef` at which its mean recall reached
-    /// the target; with `reached` false, the largest `ef` swept).
-    pub needed: usize,
-    /// Whether every head reached the target.
-    pub reached: bool,
-    /// The worst head's mean recall at the `default_ef` given, and at the one set.
-    pub recall_before: f64,
-    pub recall_after: f64,
-    /// `default_ef` before and after (the larger of the given one and `needed`).
-    pub ef_before: usize,
-    pub ef_after: usize,
-    /// Per query head (pooled order), the `ef` its searches take when they name their head
-    /// (the larger of the given `default_ef` and what the head needed); empty with one head,
-    /// or when a head had no check rows.
-    pub head_ef: Vec<usize>,
-    /// Seconds of the check (truth and sweep).
-    pub seconds: f64,
-}
-
-impl std::fmt::Display for AutoEf {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "auto ef ({} queries of {} heads, {:.1} s): recall@100 {} needs ef {}{}; default ef \
-             {} -> {} (worst head's recall {:.4} -> {:.4})",
-            self.queries,
-            self.heads,
-            self.seconds,
-            self.target,
-            self.needed,
-            if self.reached { "" } else { " (not reached)" },
-            self.ef_before,
-            self.ef_after,
-            self.recall_before,
-            self.recall_after
-        )?;
-        if !self.head_ef.is_empty() {
-            let efs: Vec<String> = self.head_ef.iter().map(usize::to_string).collect();
-            write!(f, "; per query head {}", efs.join("/"))?;
-        }
-        Ok(())
-    }
-}
 
 /// Measures the `ef` the check rows of `queries` need for mean recall@[`CHECK_K`] `target` on
 /// every head and raises `index`'s `default_ef` to it. Without `visible` every query is taken

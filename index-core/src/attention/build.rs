@@ -18,14 +18,15 @@
 
 use super::auto_ef::calibrate;
 use super::entries::entry_points;
-use super::far_check::{keep_better_lists, FarCheck};
+use super::far_check::keep_better_lists;
 use super::params::{AttentionParams, TrainKnn, TrainOn};
 use super::pool_knn::{self, PooledKnn};
 use super::projection::{project, Occurrences};
-use super::prune_check::{keep_better_rule, PruneCheck};
+use super::prune_check::keep_better_rule;
+use super::stats::BuildStats;
 use super::train_lists::{far_rows, thin, unmask_rows};
+use super::AttentionIndex;
 use super::{coarse, graph_knn};
-use super::{AttentionIndex, AutoEf};
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::graph::repair::{self, Repair, WhenFull};
@@ -37,36 +38,53 @@ use crate::store::KeyStore;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// What a build did, and the wall time of each phase in seconds.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
-pub struct BuildStats {
-    pub train_queries: usize,
-    pub kq: usize,
-    pub knn_s: f64,
-    pub projection_s: f64,
-    pub connectivity_s: f64,
-    pub total_s: f64,
-    /// Keys the connectivity pass had to link in.
-    pub linked_unreachable: usize,
-    /// Keys in no training query's top-`kq` list: they get no query-side edges, only sequence,
-    /// reverse and connectivity ones.
-    pub unlisted_keys: usize,
-    /// Causal lists replaced by full ones ([`AttentionParams::global_full`]).
-    pub unmasked_lists: usize,
-    /// The prune check's figures when it ran ([`AttentionParams::prune_check`]); the phase
-    /// times are those of the graph kept, `total_s` covers both graphs and the check.
-    pub prune_check: Option<PruneCheck>,
-    /// The far check's figures when it ran ([`AttentionParams::far_check`]); the other phase
-    /// times are those of the graph kept, `total_s` covers both builds and the check.
-    pub far_check: Option<FarCheck>,
-    /// The `ef` calibration's figures when it ran ([`AttentionParams::auto_ef`]; in
-    /// `total_s`).
-    pub auto_ef: Option<AutoEf>,
-    /// The pooled kNN's figures when it ran ([`AttentionParams::knn_pool`]; in `knn_s`).
-    pub pooled_knn: Option<PooledKnn>,
-    pub edges: usize,
-    /// Name of the kNN backend used.
-    pub knn_backend: String,
+impl AttentionIndex {
+    /// Builds the index over `keys` from training queries (`m × dim` row-major f32; the
+    /// prefill queries of the head, or of all query heads sharing the KV head), computing the
+    /// exact top-`kq` with `knn`. With [`TrainOn::Keys`] the keys themselves are the training
+    /// queries and `train_queries` is not read.
+    ///
+    /// `kq` larger than the number of keys is capped at the number of keys.
+    ///
+    /// Errors: dimension mismatch, empty or non-finite input, bad params.
+    pub fn build(
+        keys: Arc<KeyStore>,
+        train_queries: &[f32],
+        params: &AttentionParams,
+        knn: &dyn KnnBackend,
+    ) -> Result<Self> {
+        build(keys, train_queries, None, params, knn, &Cancel::new())
+    }
+
+    /// [`AttentionIndex::build`] that stops with [`Error::Cancelled`] once `cancel` is set
+    /// (checked between kNN tiles and build phases).
+    pub fn build_with(
+        keys: Arc<KeyStore>,
+        train_queries: &[f32],
+        params: &AttentionParams,
+        knn: &dyn KnnBackend,
+        cancel: &Cancel,
+    ) -> Result<Self> {
+        build(keys, train_queries, None, params, knn, cancel)
+    }
+
+    /// [`AttentionIndex::build_with`] where training query `i` could attend to keys
+    /// `0..visible[i]` only (one count per query). With `params.causal` each query's top-`kq`
+    /// comes from those keys alone (and `queries_per_key` may thin the queries); without it the
+    /// counts are not read. A GQA group's queries pooled head-major over `p` positions, against
+    /// keys that start at position `s`, have `visible[h·p + t] = t + 1 − s` (0 below `s`).
+    ///
+    /// Errors: those of [`AttentionIndex::build`]; a count per query missing or extra.
+    pub fn build_visible(
+        keys: Arc<KeyStore>,
+        train_queries: &[f32],
+        visible: &[u32],
+        params: &AttentionParams,
+        knn: &dyn KnnBackend,
+        cancel: &Cancel,
+    ) -> Result<Self> {
+        build(keys, train_queries, Some(visible), params, knn, cancel)
+    }
 }
 
 pub(super) fn build(
@@ -103,7 +121,17 @@ pub(super) fn build(
             && params.far_check.is_some_and(|share| far_share >= share)
     });
     if let Some(visible) = far {
-        keep_better_lists(&mut index, far_share, train_queries, visible, knn, cancel)?;
+        let build_full =
+            |keys, p: &AttentionParams| build_once(keys, train_queries, None, p, knn, cancel);
+        keep_better_lists(
+            &mut index,
+            far_share,
+            train_queries,
+            visible,
+            knn,
+            cancel,
+            build_full,
+        )?;
     }
     if let (Some(target), TrainOn::Queries) = (params.auto_ef, params.train_on) {
         let measured = calibrate(&mut index, train_queries, visible, target, knn, cancel)?;
@@ -209,7 +237,9 @@ pub(super) fn train_lists(
             },
         )?,
         TrainKnn::Graph { ef } => {
-            graph_knn::graph_topk(keys, &queries, kq, ef, params, knn, cancel)?
+            let build_seed =
+                |rows: &[f32], p: &AttentionParams| build(keys.clone(), rows, None, p, knn, cancel);
+            graph_knn::graph_topk(keys, &queries, kq, ef, params, knn, cancel, &build_seed)?
         }
         TrainKnn::Probe { lists } => coarse::topk(&queries, keys, kq, lists, knn, cancel)?,
     };

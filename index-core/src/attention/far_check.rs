@@ -16,8 +16,8 @@
 //! of a graph is the scanned fraction its worst head needs for recall 0.95, since the target
 //! is per head.
 
-use super::build::build_once;
 use super::params::AttentionParams;
+use super::stats::FarCheck;
 use super::train_lists::thinned_rows;
 use super::AttentionIndex;
 use crate::cancel::Cancel;
@@ -25,6 +25,8 @@ use crate::error::Result;
 use crate::knn::{KnnBackend, KnnOptions, KnnResult};
 use crate::scratch::Scratch;
 use crate::search::{AnnIndex, SearchOutput, SearchParams};
+use crate::store::KeyStore;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Positions before the last key among which check queries are taken.
@@ -33,41 +35,6 @@ pub(super) const CHECK_RECENT: usize = 512;
 pub(super) const CHECK_PER_HEAD: usize = 64;
 /// Keys each check query asks for.
 pub(super) const CHECK_K: usize = 100;
-
-/// What the check measured and which lists the build kept.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
-pub struct FarCheck {
-    /// Share of the training queries whose causal lists looked far back (the trigger).
-    pub far_share: f64,
-    /// Check queries, and the query heads they came from.
-    pub queries: usize,
-    pub heads: usize,
-    /// Scanned fraction the worst head needs for recall@100 0.95 on the check queries, in the
-    /// graph of causal lists and in that of full lists (infinite: not reached).
-    pub causal_scanned: f64,
-    pub full_scanned: f64,
-    /// True when the full-list graph was kept.
-    pub kept_full: bool,
-    /// Seconds of the second build and the check.
-    pub seconds: f64,
-}
-
-impl std::fmt::Display for FarCheck {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "far check ({:.1} % of lists unmasked, {} queries of {} heads, {:.1} s): the worst \
-             head needs {:.4} of the keys with causal lists, {:.4} with full ones; kept {}",
-            100.0 * self.far_share,
-            self.queries,
-            self.heads,
-            self.seconds,
-            self.causal_scanned,
-            self.full_scanned,
-            if self.kept_full { "full" } else { "causal" }
-        )
-    }
-}
 
 /// The query heads of a pooled group's rows: maximal runs of rows whose visible counts do not
 /// fall (as [`check_rows`] splits them, before it drops the heads without check rows).
@@ -289,7 +256,8 @@ fn interpolated(steps: &[Step], target: f64) -> f64 {
 }
 
 /// The far check of a far-looking group ([`AttentionParams::far_check`]): also builds the
-/// graph of full lists from the same queries (`far_share` of whose lists were unmasked), scores
+/// graph of full lists from the same queries (`far_share` of whose lists were unmasked) with
+/// `build_full` (the builder's one-pass build, handed in: the check does not call the builder), scores
 /// both on the held-out recent rows, and leaves in `index` the one whose worst head needs fewer
 /// keys, with the figures in its [`FarCheck`].
 pub(super) fn keep_better_lists(
@@ -299,6 +267,7 @@ pub(super) fn keep_better_lists(
     visible: &[u32],
     knn: &dyn KnnBackend,
     cancel: &Cancel,
+    build_full: impl FnOnce(Arc<KeyStore>, &AttentionParams) -> Result<AttentionIndex>,
 ) -> Result<()> {
     let t = Instant::now();
     let params = index.params.clone();
@@ -311,7 +280,7 @@ pub(super) fn keep_better_lists(
     };
     let keys = index.keys.clone();
     let heads = check_rows(visible, params.queries_per_key, keys.len());
-    let mut full = build_once(keys, train_queries, None, &full_params, knn, cancel)?;
+    let mut full = build_full(keys, &full_params)?;
     let scanned = worst_head_scanned(&[index, &full], train_queries, visible, &heads, knn, cancel)?;
     let (causal_scanned, full_scanned) = (scanned[0], scanned[1]);
     // Ties (neither reaches the target) keep the causal lists asked for.

@@ -8,8 +8,8 @@
 //!      └── search (ef) ◄── index over the keys ◄── build ◄────────────────┘
 //! ```
 
-use super::build::build;
 use super::params::AttentionParams;
+use super::AttentionIndex;
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::knn::{KnnBackend, KnnOptions, KnnResult};
@@ -37,7 +37,9 @@ const GRAPH_KNN_TILE: usize = 64;
 /// `m` rows the exact part costs `GRAPH_KNN_FLOOR · n` inner products and each level's
 /// searches `rows · (what one search scores)`, so the kNN grows with `m` times a search's
 /// cost instead of `m · n`. Scores are exact; rows that found fewer than `k` keys are padded
-/// as [`KnnResult`] pads.
+/// as [`KnnResult`] pads. `build_seed(rows, params)` builds a level's index over `keys` (the
+/// builder, handed in: this file does not call it).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn graph_topk(
     keys: &Arc<KeyStore>,
     queries: &[f32],
@@ -46,6 +48,7 @@ pub(super) fn graph_topk(
     params: &AttentionParams,
     knn: &dyn KnnBackend,
     cancel: &Cancel,
+    build_seed: &BuildSeed<'_>,
 ) -> Result<KnnResult> {
     graph_topk_from(
         keys,
@@ -56,8 +59,13 @@ pub(super) fn graph_topk(
         params,
         knn,
         cancel,
+        build_seed,
     )
 }
+
+/// Builds an index over the keys from training rows (row-major) and params: a level of
+/// [`graph_topk`].
+pub(super) type BuildSeed<'a> = dyn Fn(&[f32], &AttentionParams) -> Result<AttentionIndex> + 'a;
 
 /// [`graph_topk`] with the key count below which the kNN stays exact.
 #[allow(clippy::too_many_arguments)]
@@ -70,6 +78,7 @@ fn graph_topk_from(
     params: &AttentionParams,
     knn: &dyn KnnBackend,
     cancel: &Cancel,
+    build_seed: &BuildSeed<'_>,
 ) -> Result<KnnResult> {
     let d = keys.dim();
     let m = crate::knn::check_knn_args(queries, keys, k)?;
@@ -88,7 +97,7 @@ fn graph_topk_from(
         queries_per_key: 0.0,
         ..params.clone()
     };
-    let index = build(keys.clone(), &seed, None, &seed_params, knn, cancel)?;
+    let index = build_seed(&seed, &seed_params)?;
     let search = SearchParams::with_ef(ef.max(k));
     let mut ids = vec![KnnResult::PAD; m * k];
     let mut scores = vec![f32::NEG_INFINITY; m * k];
@@ -134,18 +143,23 @@ mod tests {
             ..AttentionParams::default()
         };
         let cancel = Cancel::new();
+        // The builder, as `build.rs` hands it in.
+        let build = |rows: &[f32], p: &AttentionParams| {
+            super::super::build::build(keys.clone(), rows, None, p, &CpuKnn, &cancel)
+        };
         let exact = CpuKnn
             .topk(queries, &keys, k, &KnnOptions::default())
             .expect("exact");
         let few = &queries[..2 * GRAPH_KNN_FLOOR * dim];
-        let small =
-            graph_topk_from(&keys, few, k, 64, 0, &params, &CpuKnn, &cancel).expect("small");
+        let small = graph_topk_from(&keys, few, k, 64, 0, &params, &CpuKnn, &cancel, &build)
+            .expect("small");
         assert_eq!(small.ids, exact.ids[..few.len() / dim * k]);
         // Fewer keys than 512 · ef: exact whatever the rows.
-        let below = graph_topk(&keys, queries, k, 64, &params, &CpuKnn, &cancel).expect("below");
+        let below =
+            graph_topk(&keys, queries, k, 64, &params, &CpuKnn, &cancel, &build).expect("below");
         assert_eq!(below, exact);
-        let lists =
-            graph_topk_from(&keys, queries, k, 64, 0, &params, &CpuKnn, &cancel).expect("graph");
+        let lists = graph_topk_from(&keys, queries, k, 64, 0, &params, &CpuKnn, &cancel, &build)
+            .expect("graph");
         assert_eq!(lists.rows(), m);
         let keys32 = keys.to_f32();
         let mut found = 0;

@@ -3,7 +3,7 @@
 //! | file | job |
 //! |---|---|
 //! | `params.rs` | build parameters, presets (ours, the RoarGraph recipe, the key–key graph) |
-//! | `build.rs` | the build's phases in order: bipartite kNN → projection → connectivity → far check, `ef` calibration |
+//! | `build.rs` | `AttentionIndex::build*`: the build's phases in order: bipartite kNN → projection → connectivity → far check, `ef` calibration (the checks and the graph kNN get the builder as a closure) |
 //! | `coarse.rs` | approximate top-`kq` lists of the build through a coarse IVF ([`TrainKnn::Probe`]) |
 //! | `graph_knn.rs` | approximate top-`kq` lists of the build searched in a graph built first ([`TrainKnn::Graph`]) |
 //! | `pool_knn.rs` | approximate top-`kq` lists of the build from pools shared by clustered queries ([`TrainKnn::Pool`]) |
@@ -15,7 +15,12 @@
 //! | `auto_ef.rs` | the `ef` a build measures its held-out recent queries need ([`AutoEf`]) |
 //! | `file.rs` | the index's file sections |
 //! | `insert.rs` | query-aware insertion of keys that arrive after the build (decode) |
-//! | `mod.rs` | the index and its search |
+//! | `stats.rs` | the figures of a build and of its checks ([`BuildStats`], [`FarCheck`], [`PruneCheck`], [`AutoEf`]) |
+//! | `mod.rs` | the index type and its search |
+//!
+//! Floors (`scripts/check-floors.py` fails on a file-level cycle): `stats.rs`, `params.rs` and
+//! the list makers at the bottom; `mod.rs` (the index type) above them; the held-out checks,
+//! `insert.rs` and `file.rs` above the index; `build.rs` on top.
 //!
 //! Pruning ([`crate::graph::prune()`]), reachability and the connectivity repair
 //! ([`crate::graph::repair`]) come from [`crate::graph`], shared with the other graph kinds.
@@ -38,24 +43,20 @@ mod params;
 mod pool_knn;
 mod projection;
 mod prune_check;
+mod stats;
 mod train_lists;
 
 pub use crate::codes::Codes;
 pub use crate::graph::Prune;
-pub use auto_ef::AutoEf;
-pub use build::BuildStats;
-pub use far_check::FarCheck;
 pub use params::{off_at_zero, AttentionParams, EntryRule, Projection, TrainKnn, TrainOn};
 pub use pool_knn::PooledKnn;
-pub use prune_check::PruneCheck;
+pub use stats::{AutoEf, BuildStats, FarCheck, PruneCheck};
 
-use crate::cancel::Cancel;
 use crate::codes::KeyCodes;
 use crate::error::{Error, Result};
 use crate::graph::codes::search_codes;
 use crate::graph::inline::InlineCodes;
 use crate::graph::{beam_search, BeamSettings, Csr, Neighbors};
-use crate::knn::KnnBackend;
 use crate::scratch::Scratch;
 use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams};
 use crate::store::KeyStore;
@@ -106,53 +107,6 @@ impl Neighbors for Adjacency {
 }
 
 impl AttentionIndex {
-    /// Builds the index over `keys` from training queries (`m × dim` row-major f32; the
-    /// prefill queries of the head, or of all query heads sharing the KV head), computing the
-    /// exact top-`kq` with `knn`. With [`TrainOn::Keys`] the keys themselves are the training
-    /// queries and `train_queries` is not read.
-    ///
-    /// `kq` larger than the number of keys is capped at the number of keys.
-    ///
-    /// Errors: dimension mismatch, empty or non-finite input, bad params.
-    pub fn build(
-        keys: Arc<KeyStore>,
-        train_queries: &[f32],
-        params: &AttentionParams,
-        knn: &dyn KnnBackend,
-    ) -> Result<Self> {
-        build::build(keys, train_queries, None, params, knn, &Cancel::new())
-    }
-
-    /// [`AttentionIndex::build`] that stops with [`Error::Cancelled`] once `cancel` is set
-    /// (checked between kNN tiles and build phases).
-    pub fn build_with(
-        keys: Arc<KeyStore>,
-        train_queries: &[f32],
-        params: &AttentionParams,
-        knn: &dyn KnnBackend,
-        cancel: &Cancel,
-    ) -> Result<Self> {
-        build::build(keys, train_queries, None, params, knn, cancel)
-    }
-
-    /// [`AttentionIndex::build_with`] where training query `i` could attend to keys
-    /// `0..visible[i]` only (one count per query). With `params.causal` each query's top-`kq`
-    /// comes from those keys alone (and `queries_per_key` may thin the queries); without it the
-    /// counts are not read. A GQA group's queries pooled head-major over `p` positions, against
-    /// keys that start at position `s`, have `visible[h·p + t] = t + 1 − s` (0 below `s`).
-    ///
-    /// Errors: those of [`AttentionIndex::build`]; a count per query missing or extra.
-    pub fn build_visible(
-        keys: Arc<KeyStore>,
-        train_queries: &[f32],
-        visible: &[u32],
-        params: &AttentionParams,
-        knn: &dyn KnnBackend,
-        cancel: &Cancel,
-    ) -> Result<Self> {
-        build::build(keys, train_queries, Some(visible), params, knn, cancel)
-    }
-
     /// Assembles an index from parts (used by loaders); validates ids and sizes.
     pub fn from_parts(
         keys: Arc<KeyStore>,

@@ -14,61 +14,13 @@
 //! where decode queries need 13 % more keys with `top`. It is off by default.
 
 use super::far_check::{check_rows, worst_head_scanned};
+use super::stats::PruneCheck;
 use super::AttentionIndex;
 use crate::cancel::Cancel;
 use crate::error::Result;
-use crate::graph::Prune;
 use crate::knn::KnnBackend;
 use crate::search::AnnIndex;
 use std::time::Instant;
-
-/// What the prune check measured and which rule the build kept.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct PruneCheck {
-    /// The rule asked for (`prune`) and the one checked beside it (`prune_check`).
-    pub asked: Prune,
-    pub other: Prune,
-    /// Check queries, and the query heads they came from.
-    pub queries: usize,
-    pub heads: usize,
-    /// Scanned fraction the worst head needs for recall@100 0.95 on the check queries in each
-    /// graph (infinite: not reached).
-    pub asked_scanned: f64,
-    pub other_scanned: f64,
-    /// True when the graph of the other rule was kept.
-    pub kept_other: bool,
-    /// Seconds of the second graph and the check.
-    pub seconds: f64,
-}
-
-impl PruneCheck {
-    /// The rule of the graph kept.
-    pub fn kept(&self) -> Prune {
-        if self.kept_other {
-            self.other
-        } else {
-            self.asked
-        }
-    }
-}
-
-impl std::fmt::Display for PruneCheck {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "prune check ({} queries of {} heads, {:.1} s): the worst head needs {:.4} of the \
-             keys with {}, {:.4} with {}; kept {}",
-            self.queries,
-            self.heads,
-            self.seconds,
-            self.asked_scanned,
-            self.asked,
-            self.other_scanned,
-            self.other,
-            self.kept()
-        )
-    }
-}
 
 /// Of two graphs built from the same lists, `asked` (pruned by the params' rule) and `other`
 /// (by `prune_check`, whose params name the asked rule as their `prune_check`), the one whose

@@ -10,8 +10,8 @@ use qkindex::{
 };
 
 use super::{HeadPrefill, Selection, Selector};
-use crate::model::ModelError;
 use crate::retrieval::rest::RestIndex;
+use qkindex_model::ModelError;
 
 /// Builds the rest index `spec` names over the prefill's rest, trained on the group's prefill
 /// queries, in the policy's element type.

@@ -45,8 +45,8 @@
 use std::collections::VecDeque;
 
 use super::{check_key, HeadPrefill, Selection, Selector, TopN};
-use crate::model::{simd, ModelError};
 use crate::retrieval::ids::RestId;
+use qkindex_model::{simd, ModelError};
 
 /// Keys per memory block (InfLLM's block size).
 pub const BLOCK_SIZE: usize = 128;

@@ -43,12 +43,12 @@ use std::cell::OnceCell;
 use qkindex::scratch::TopK;
 use qkindex::{KnnBackend, SearchStats};
 
-use super::build::Shape;
 use super::ids::{RestId, Split};
 use super::policy::{PolicyConfig, PolicyKind};
 use super::rest::RestIndex;
+use super::shape::Shape;
 use super::stats::RetrievalStats;
-use crate::model::ModelError;
+use qkindex_model::ModelError;
 
 /// Picks keys of one (layer, KV head)'s rest for the query heads of its group.
 pub trait Selector: Send + std::fmt::Debug {
@@ -292,9 +292,9 @@ pub(super) mod testing {
     use qkindex::synth::Rng;
 
     use super::HeadPrefill;
-    use crate::retrieval::build::Shape;
     use crate::retrieval::ids::Split;
     use crate::retrieval::policy::{PolicyConfig, PolicyKind};
+    use crate::retrieval::shape::Shape;
 
     /// `kind` with 4 sinks, a `window` and `k` (the selector tests' small splits).
     pub fn small_cfg(kind: PolicyKind, k: usize, window: usize) -> PolicyConfig {

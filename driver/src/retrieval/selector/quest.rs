@@ -20,8 +20,8 @@
 //! `--dense-layers` knob of every policy.
 
 use super::{check_key, HeadPrefill, Selection, Selector, TopN};
-use crate::model::ModelError;
 use crate::retrieval::ids::RestId;
+use qkindex_model::ModelError;
 
 /// Keys per page (Quest's page size in its evaluation).
 pub const PAGE_SIZE: usize = 16;
@@ -131,9 +131,9 @@ mod tests {
     use qkindex::synth::Rng;
 
     use super::*;
-    use crate::model::simd;
     use crate::retrieval::policy::{PolicyConfig, PolicyKind};
     use crate::retrieval::selector::testing::{assert_valid, small_cfg, Synth};
+    use qkindex_model::simd;
 
     fn cfg(k: usize) -> PolicyConfig {
         small_cfg(PolicyKind::Quest, k, 8)

@@ -8,10 +8,10 @@ use qkindex::{
 
 use super::index::build_rest;
 use super::{HeadPrefill, Selection, Selector};
-use crate::model::ModelError;
 use crate::retrieval::ids::Pos;
 use crate::retrieval::rest::RestIndex;
 use crate::retrieval::stats::{ReTopKCounts, RetrievalStats};
+use qkindex_model::ModelError;
 
 /// ReTopK over one KV head's rest.
 #[derive(Debug)]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use qkindex::{AnnIndex, FlatIndex, KeyStore, Scratch, SearchOutput, SearchParams};
 
 use super::{HeadPrefill, Selection, Selector};
-use crate::model::ModelError;
+use qkindex_model::ModelError;
 
 /// A scan over the rest's keys; keys leaving the window are appended.
 #[derive(Debug)]

@@ -31,8 +31,8 @@
 //! GQA group shares our KV head, so each query head keeps a set of its own over it.
 
 use super::{check_key, HeadPrefill, Selection, Selector, TopN};
-use crate::model::{simd, ModelError};
 use crate::retrieval::stats::RetrievalStats;
+use qkindex_model::{simd, ModelError};
 
 /// Prompt positions whose queries vote (SnapKV's `window_size`, reference default).
 pub const WINDOW_SIZE: usize = 32;

@@ -1,7 +1,7 @@
 //! `static`: the static set only (StreamingLLM); nothing is selected from the rest.
 
 use super::{Selection, Selector};
-use crate::model::ModelError;
+use qkindex_model::ModelError;
 
 /// Selects nothing and keeps no keys.
 #[derive(Debug)]

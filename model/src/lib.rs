@@ -1,4 +1,4 @@
-//! The model of the driver (CPU or CUDA), loaded from a GGUF file; one forward pass written
+//! The transformer of qkindex (CPU or CUDA), loaded from a GGUF file; one forward pass written
 //! once over the operations of a [`Backend`], with the family's choices per layer in an
 //! [`Architecture`] seam (Llama today).
 //!
@@ -11,11 +11,12 @@
 //! | `qtensor.rs` | [`HostTensor`]: f32 or a matrix kept in its GGUF blocks; the quantized linear layer |
 //! | `spm.rs` | SentencePiece segmentation from a GGUF `llama` vocabulary (Gemma 3) |
 //! | `arch.rs` | [`Architecture`] and [`LayerSpec`]: norms, q/k norm, activation, RoPE, attention kind per layer |
-//! | `config.rs` | [`Config`]: hyperparameters from the `<arch>.*` metadata |
+//! | `config.rs` | [`Config`]: hyperparameters from the `<arch>.*` metadata; [`Heads`] |
 //! | `weights.rs` | [`Weights`]: the tensors of every layer (matrices in their GGUF blocks); undoing llama.cpp's q/k row permutation |
 //! | `block.rs` | [`Attention`], [`Mlp`], [`Block`]: `load` from GGUF, `forward` over a [`Backend`] |
 //! | `llama.rs` | [`Llama`]: the embedding, the layer loop, the final norm and the logits; RoPE tables |
-//! | `backend.rs` | the [`Backend`] trait of operations; [`ModelDevice`]; [`Timings`] |
+//! | `backend.rs` | the [`Backend`] trait of operations; [`Timings`] |
+//! | `device.rs` | [`ModelDevice`]: where a model's forward passes run (the CPU or a [`CudaBackend`]) |
 //! | `cpu.rs` | [`CpuBackend`]: the operations on the CPU (`ops.rs`), the reference |
 //! | `cuda/` | [`CudaBackend`]: the operations on a GPU (`kernels/llama.cu`, cuBLAS), the split decode step |
 //! | `ops.rs` | CPU kernels: RMSNorm, RoPE, linear layers, SwiGLU |
@@ -55,6 +56,7 @@ pub mod cache;
 pub mod config;
 pub mod cpu;
 pub mod cuda;
+pub mod device;
 pub mod error;
 pub mod gguf;
 pub mod hooks;
@@ -72,12 +74,13 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 pub use arch::{Architecture, LayerSpec};
-pub use backend::{Backend, Heads, ModelDevice, Timings};
+pub use backend::{Backend, Timings};
 pub use block::{Attention, Block, Mlp};
 pub use cache::{KvCache, KvDtype};
-pub use config::{Config, RopeScaling};
+pub use config::{Config, Heads, RopeScaling};
 pub use cpu::CpuBackend;
 pub use cuda::CudaBackend;
+pub use device::ModelDevice;
 pub use error::{ModelError, Result};
 pub use hooks::{CaptureFn, DecodeAttention, DecodeStep, LayerCapture, StaticPartFn, StaticParts};
 pub use llama::{argmax, Llama};
@@ -181,8 +184,8 @@ pub struct Model {
 
 impl Model {
     /// Loads the GGUF model at `path` to run its forward passes on `device` (as candle's
-    /// `Cache::new(.., &Device)`: the caller chooses it, for example
-    /// [`Devices::model_device`](crate::devices::Devices::model_device)). With `expect_sha256`,
+    /// `Cache::new(.., &Device)`: the caller chooses it, for example the driver's
+    /// `Devices::model_device`). With `expect_sha256`,
     /// the file's checksum is verified first.
     pub fn load(path: &Path, expect_sha256: Option<&str>, device: ModelDevice) -> Result<Self> {
         Self::load_weights(path, expect_sha256, device, weights::Weights::from_gguf)

@@ -6,7 +6,7 @@
 //! llama.cpp's converter (`convert_hf_to_gguf.py`, `LlamaModel.permute`) reorders the rows of
 //! `attn_q` / `attn_k` within each head so that its interleaved RoPE (pairs `2i, 2i+1`) computes
 //! what Hugging Face's rotate-half RoPE (pairs `i, i + d/2`) computes. We undo that permutation at
-//! load ([`unpermute_rows`], chosen by the layer's `QkRowOrder`) and apply rotate-half RoPE, so
+//! load ([`unpermute_rows`](crate::arch::unpermute_rows), chosen by the layer's `QkRowOrder`) and apply rotate-half RoPE, so
 //! captured q and k are in the Hugging Face layout of the reference dumps.
 
 use rayon::prelude::*;
@@ -26,26 +26,6 @@ pub struct Weights<T = HostTensor> {
     pub embed: T,
     pub blocks: Vec<Block<T>>,
     pub out_norm: T,
-}
-
-/// The GGUF row that holds Hugging Face row `row` under llama.cpp's q/k row permutation: in
-/// each head of `head_dim` rows, GGUF row `2i + j` (`j ∈ {0, 1}`) is Hugging Face row
-/// `j · head_dim/2 + i`.
-pub fn gguf_row_of(row: usize, head_dim: usize) -> usize {
-    let half = head_dim / 2;
-    let (h, r) = (row / head_dim, row % head_dim);
-    h * head_dim + 2 * (r % half) + r / half
-}
-
-/// Undoes llama.cpp's q/k row permutation ([`gguf_row_of`]). `w` is row-major
-/// `(n_heads · head_dim) × cols`.
-pub fn unpermute_rows(w: &[f32], n_heads: usize, head_dim: usize, cols: usize) -> Vec<f32> {
-    (0..n_heads * head_dim)
-        .flat_map(|r| {
-            let src = gguf_row_of(r, head_dim) * cols;
-            w[src..src + cols].iter().copied()
-        })
-        .collect()
 }
 
 impl Weights {
@@ -159,6 +139,7 @@ impl<T> Weights<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arch::unpermute_rows;
 
     #[test]
     fn random_weights_have_the_shape_and_are_seeded() {

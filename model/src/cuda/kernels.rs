@@ -7,15 +7,21 @@ use std::sync::Arc;
 use qkindex_gpu::cudarc::cublas::sys::cublasOperation_t;
 use qkindex_gpu::cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
 use qkindex_gpu::cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, PushKernelArg,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, PushKernelArg,
 };
 use qkindex_gpu::cudarc::nvrtc::Ptx;
 use qkindex_gpu::runtime::{grid_1d, launch_config, load_kernels};
 use qkindex_gpu::GpuError;
 
-use super::{cuda, DECODE_CHUNK};
-use crate::model::backend::Heads;
-use crate::model::error::Result;
+use crate::config::Heads;
+use crate::error::{ModelError, Result};
+
+/// Keys per block of the split decode attention (`attention_partial_range`).
+pub(crate) const DECODE_CHUNK: usize = 256;
+/// Maps a failed cudarc call `what` to the model's error (a typed [`GpuError::Cuda`]).
+pub(crate) fn cuda(what: &'static str) -> impl Fn(DriverError) -> ModelError {
+    move |e| GpuError::cuda(what, e).into()
+}
 
 /// The kernels of `kernels/llama.cu`, loaded once per device.
 pub(super) struct Kernels {

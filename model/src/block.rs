@@ -6,15 +6,16 @@
 //! Weights are generic over the tensor type `T`: [`HostTensor`] on the host (matrices in their
 //! GGUF blocks or f32), device memory once a backend uploaded them ([`Block::try_map`]).
 
-use super::arch::{Activation, AttentionKind, LayerSpec, NormPlacement, QkNorm, QkRowOrder};
-use super::backend::{Backend, Part, Timer};
+use super::arch::{
+    gguf_row_of, Activation, AttentionKind, LayerSpec, NormPlacement, QkNorm, QkRowOrder,
+};
+use super::backend::{Backend, Part, Timer, Timings};
 use super::cache::KvCache;
 use super::config::Config;
 use super::error::{ModelError, Result};
 use super::gguf::GgufFile;
 use super::hooks::{CaptureFn, DecodeAttention, LayerCapture};
 use super::qtensor::HostTensor;
-use super::weights::gguf_row_of;
 
 /// Grouped-query self-attention with RoPE: the four projections, row-major `out × in`.
 #[derive(Debug)]
@@ -97,6 +98,16 @@ impl<B: Backend> Activations<B> {
             up: b.alloc(rows * cfg.ffn_dim)?,
         })
     }
+}
+
+/// The inputs of one forward call: `tokens` at positions `cache.len()..`, the capture and the
+/// decode policy of `Llama::forward_with`, and the timings its time is added to.
+pub(crate) struct Pass<'a, 'c> {
+    pub tokens: &'a [u32],
+    pub cache: &'a mut KvCache,
+    pub capture: Option<&'a mut CaptureFn<'c>>,
+    pub policy: Option<&'a mut dyn DecodeAttention>,
+    pub timings: &'a mut Timings,
 }
 
 /// One sequence of a forward call: its next `rows` rows are its tokens at positions

@@ -1,4 +1,5 @@
-//! One forward call on the device: the uploaded weights and cache mirrors of [`Inner`], and
+//! One forward call on the device: the device's state ([`Inner`]: the uploaded weights, the cache
+//! mirrors, [`CudaStats`]), what the layer loop hands it ([`DeviceModel`]), and
 //! [`CudaCall`], the [`Backend`] whose operations launch the kernels of `kernels.rs`.
 //!
 //! The host [`KvCache`] stays canonical: every call downloads the new keys and values into it
@@ -6,25 +7,85 @@
 //! is another one ([`KvCache::id`]) or was changed elsewhere.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use qkindex_gpu::cudarc::driver::CudaSlice;
+use qkindex_gpu::cudarc::driver::{CudaContext, CudaSlice};
 use qkindex_gpu::runtime::{elapsed_ms, record};
 
-use super::kernels::{Dev, KvView, Parts};
-use super::{cuda, CudaStats, DevCache, DeviceWeights, Inner, CACHES_KEPT};
-use crate::model::arch::Architecture;
-use crate::model::backend::{Backend, Heads};
-use crate::model::cache::KvCache;
-use crate::model::error::{ModelError, Result};
-use crate::model::hooks::{DecodeAttention, DecodeStep, StaticParts};
-use crate::model::llama::Llama;
-use crate::model::qtensor::HostTensor;
+use super::kernels::{cuda, Dev, KvView, Parts};
+use crate::arch::Architecture;
+use crate::backend::Backend;
+use crate::cache::KvCache;
+use crate::config::Config;
+use crate::config::Heads;
+use crate::error::{ModelError, Result};
+use crate::hooks::{DecodeAttention, DecodeStep, StaticParts};
+use crate::ops::Rope;
+use crate::qtensor::HostTensor;
+use crate::weights::Weights;
+
+/// Device KV caches kept at once (distinct host caches, e.g. `full` and a policy side by side).
+pub(super) const CACHES_KEPT: usize = 4;
+
+/// Time split of decode steps on the CUDA backend (accumulated).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct CudaStats {
+    /// Decode steps with a retrieval policy (counted per layer).
+    pub split_layer_steps: u64,
+    /// GPU time of the static-part attention kernels (CUDA events), ms.
+    pub gpu_static_ms: f64,
+    /// Host time in the policy up to the moment it asked for the static parts (the search), ms.
+    pub cpu_before_wait_ms: f64,
+    /// Host time blocked waiting for the static parts, ms.
+    pub wait_ms: f64,
+    /// Host time of whole policy calls (search, wait, retrieved attention, merge), ms.
+    pub policy_ms: f64,
+    /// Forward calls and their host wall time, ms.
+    pub forward_calls: u64,
+    pub forward_ms: f64,
+    /// Full uploads of a host cache to the device.
+    pub cache_uploads: u64,
+}
+
+/// What the layer loop hands a device of its model: the configuration, the host weights (uploaded
+/// on first use) and the RoPE tables. The backend names no model type: the loop passes itself
+/// in as the closures of [`CudaBackend::forward`] and [`CudaBackend::logits`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DeviceModel<'m> {
+    pub cfg: &'m Config,
+    pub weights: &'m Weights,
+    pub ropes: &'m [Rope],
+}
+
+/// The model on the device: its weights and RoPE tables `(cos, sin)`.
+pub(super) struct DeviceWeights {
+    pub(super) weights: Weights<CudaSlice<f32>>,
+    pub(super) ropes: Vec<(CudaSlice<f32>, CudaSlice<f32>)>,
+}
+
+/// The device copy of a host cache: per layer, keys and values as the host holds them.
+pub(super) struct DevCache {
+    pub(super) id: u64,
+    pub(super) capacity: usize,
+    pub(super) len: usize,
+    pub(super) k: Vec<CudaSlice<f32>>,
+    pub(super) v: Vec<CudaSlice<f32>>,
+}
+
+pub(super) struct Inner {
+    pub(super) _ctx: Arc<CudaContext>,
+    pub(super) dev: Dev,
+    /// Uploaded on the first forward call (the model is known then).
+    pub(super) w: Option<DeviceWeights>,
+    pub(super) caches: Vec<DevCache>,
+    pub(super) stats: CudaStats,
+}
 
 impl Inner {
     /// Uploads the model's weights and RoPE tables unless done already.
     /// Families with operations the device lacks are refused here, before anything runs.
-    pub(super) fn upload_weights(&mut self, model: &Llama) -> Result<()> {
+    pub(super) fn upload_weights(&mut self, model: DeviceModel<'_>) -> Result<()> {
         if self.w.is_some() {
             return Ok(());
         }
@@ -37,10 +98,9 @@ impl Inner {
         }
         let s = &self.dev.stream;
         let up = |x: &[f32]| s.clone_htod(x).map_err(cuda("uploading weights"));
-        let weights = model.weights().try_map(|t: &HostTensor| up(&t.to_f32()))?;
+        let weights = model.weights.try_map(|t: &HostTensor| up(&t.to_f32()))?;
         let ropes = model
-            .ropes()
-            .tables()
+            .ropes
             .iter()
             .map(|r| {
                 let (cos, sin) = r.tables();
@@ -53,8 +113,7 @@ impl Inner {
 
     /// The device mirror of `cache` (uploaded unless it already mirrors it), moved to the end of
     /// the list; returns its index.
-    pub(super) fn mirror(&mut self, cache: &KvCache, model: &Llama) -> Result<usize> {
-        let c = &model.cfg;
+    pub(super) fn mirror(&mut self, cache: &KvCache, n_layers: usize) -> Result<usize> {
         if let Some(i) = self.caches.iter().position(|d| d.id == cache.id()) {
             let d = &self.caches[i];
             if d.len == cache.len() && d.capacity == cache.capacity() {
@@ -68,9 +127,9 @@ impl Inner {
             self.caches.remove(0);
         }
         let s = &self.dev.stream;
-        let mut k = Vec::with_capacity(c.n_layers);
-        let mut v = Vec::with_capacity(c.n_layers);
-        for li in 0..c.n_layers {
+        let mut k = Vec::with_capacity(n_layers);
+        let mut v = Vec::with_capacity(n_layers);
+        for li in 0..n_layers {
             let (kh, vh) = cache.layer(li);
             k.push(s.clone_htod(kh).map_err(cuda("uploading the KV cache"))?);
             v.push(s.clone_htod(vh).map_err(cuda("uploading the KV cache"))?);
@@ -88,9 +147,9 @@ impl Inner {
 }
 
 /// The operations of one forward call on the device.
-pub(super) struct CudaCall<'a> {
+pub(crate) struct CudaCall<'a> {
     dev: &'a Dev,
-    /// RoPE tables `(cos, sin)`, as [`RopeTables::tables`](crate::model::llama::RopeTables).
+    /// RoPE tables `(cos, sin)`, one per distinct base, as the layer loop numbers them.
     ropes: &'a [(CudaSlice<f32>, CudaSlice<f32>)],
     /// The mirror of the host cache (`None`: a call without one, the logits).
     cache: Option<&'a mut DevCache>,

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::{MetaValue, DEFAULT_ALIGNMENT, MAGIC};
-use crate::model::error::{ModelError, Result};
-use crate::model::qtensor::HostTensor;
-use crate::model::quant::{dequantize_into, GgmlType};
+use crate::error::{ModelError, Result};
+use crate::qtensor::HostTensor;
+use crate::quant::{dequantize_into, GgmlType};
 
 const MAX_DIMS: u32 = 4;
 
@@ -409,7 +409,7 @@ impl GgufFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::gguf::write_gguf;
+    use crate::gguf::write_gguf;
 
     fn sample() -> Vec<u8> {
         let f32s: Vec<u8> = (0..6).flat_map(|i| (i as f32).to_le_bytes()).collect();

@@ -3,7 +3,7 @@
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
-use super::backend::Heads;
+use super::config::Heads;
 
 /// The element type exact attention reads keys and values in on the CPU.
 ///

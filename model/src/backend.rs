@@ -1,5 +1,6 @@
-//! The operations a device provides to the forward pass ([`Backend`]), where a model runs
-//! ([`ModelDevice`]), and where the time of forward passes goes ([`Timings`]).
+//! The operations a device provides to the forward pass ([`Backend`]) and where the time of
+//! forward passes goes ([`Timings`]). Where a model runs is `device.rs`'s [`ModelDevice`](crate::ModelDevice),
+//! one floor up: a backend names no device and no model.
 //!
 //! `block.rs` writes the layer once over [`Backend`]; `cpu.rs` implements it with `ops.rs`, and
 //! `cuda/` with the kernels of `kernels/llama.cu` and cuBLAS. Buffers are the device's own
@@ -9,18 +10,9 @@ use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use super::cache::KvCache;
-use super::cuda::CudaBackend;
+use super::config::Heads;
 use super::error::Result;
 use super::hooks::DecodeAttention;
-
-/// Attention heads of a layer: query heads, KV heads (GQA: query head `h` reads KV head
-/// `h / (n_heads / n_kv_heads)`) and the head dimension.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Heads {
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
-    pub head_dim: usize,
-}
 
 /// The operations of one forward call (`rows` token rows at positions `pos0..`) on a device.
 ///
@@ -153,34 +145,6 @@ pub trait Backend {
 
     /// Moves `x` to the host.
     fn download(&mut self, x: Self::Buf) -> Result<Vec<f32>>;
-}
-
-/// Where a model's forward passes run.
-#[derive(Debug, Default)]
-pub enum ModelDevice {
-    /// The CPU code (`cpu.rs` over `ops.rs`), the reference every device is checked against.
-    #[default]
-    Cpu,
-    /// One CUDA device.
-    Cuda(Box<CudaBackend>),
-}
-
-impl ModelDevice {
-    /// A short name for logs: "cpu", "cuda:0 (NVIDIA H200)".
-    pub fn name(&self) -> String {
-        match self {
-            ModelDevice::Cpu => "cpu".to_string(),
-            ModelDevice::Cuda(b) => b.name(),
-        }
-    }
-
-    /// Counters of the device (time split, uploads) as JSON; `null` on the CPU.
-    pub fn stats(&self) -> serde_json::Value {
-        match self {
-            ModelDevice::Cpu => serde_json::Value::Null,
-            ModelDevice::Cuda(b) => serde_json::to_value(b.stats()).unwrap_or_default(),
-        }
-    }
 }
 
 /// Where time went in forward passes (accumulated across calls).

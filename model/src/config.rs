@@ -1,9 +1,17 @@
 //! Hyperparameters of a model from its GGUF metadata (`<arch>.*` keys).
 
 use super::arch::{Architecture, AttentionKind, LayerSpec};
-use super::backend::Heads;
 use super::error::{ModelError, Result};
 use super::gguf::GgufFile;
+
+/// Attention heads of a layer: query heads, KV heads (GQA: query head `h` reads KV head
+/// `h / (n_heads / n_kv_heads)`) and the head dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heads {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+}
 
 /// Largest values a file may state (far above the models this driver runs).
 const MAX_LAYERS: usize = 1024;

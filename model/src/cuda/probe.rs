@@ -5,10 +5,10 @@ use qkindex_gpu::cudarc::driver::PushKernelArg;
 
 use qkindex_gpu::runtime::{elapsed_ms, launch_config, record};
 
-use super::kernels::KvView;
-use super::{cuda, CudaBackend};
-use crate::model::backend::Heads;
-use crate::model::error::Result;
+use super::kernels::{cuda, KvView};
+use super::CudaBackend;
+use crate::config::Heads;
+use crate::error::Result;
 
 impl CudaBackend {
     /// The attention kernels on their own (for timing against other implementations): causal

@@ -165,7 +165,7 @@ pub struct RopeSpec {
 /// Row order of the q/k projections in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QkRowOrder {
-    /// llama.cpp's permutation for interleaved RoPE, undone at load (`weights::gguf_row_of`).
+    /// llama.cpp's permutation for interleaved RoPE, undone at load ([`gguf_row_of`]).
     LlamaCppPermuted,
     /// Rotate-half (NEOX) order already (Gemma 3).
     AsStored,
@@ -198,6 +198,26 @@ pub enum EmbedScale {
     None,
     /// Multiplied by `sqrt(dim)` (Gemma 3).
     SqrtDim,
+}
+
+/// The GGUF row that holds Hugging Face row `row` under llama.cpp's q/k row permutation: in
+/// each head of `head_dim` rows, GGUF row `2i + j` (`j ∈ {0, 1}`) is Hugging Face row
+/// `j · head_dim/2 + i`.
+pub fn gguf_row_of(row: usize, head_dim: usize) -> usize {
+    let half = head_dim / 2;
+    let (h, r) = (row / head_dim, row % head_dim);
+    h * head_dim + 2 * (r % half) + r / half
+}
+
+/// Undoes llama.cpp's q/k row permutation ([`gguf_row_of`]). `w` is row-major
+/// `(n_heads · head_dim) × cols`.
+pub fn unpermute_rows(w: &[f32], n_heads: usize, head_dim: usize, cols: usize) -> Vec<f32> {
+    (0..n_heads * head_dim)
+        .flat_map(|r| {
+            let src = gguf_row_of(r, head_dim) * cols;
+            w[src..src + cols].iter().copied()
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -6,8 +6,7 @@ use faer::linalg::matmul::matmul;
 use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
-use super::ops::exp_f32;
-use super::simd;
+use super::simd::{self, exp_f32};
 
 /// Shapes of one attention call.
 #[derive(Debug, Clone, Copy)]

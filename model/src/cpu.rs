@@ -4,8 +4,9 @@
 
 use std::borrow::Cow;
 
-use super::backend::{Backend, Heads};
+use super::backend::Backend;
 use super::cache::KvCache;
+use super::config::Heads;
 use super::error::Result;
 use super::hooks::{DecodeAttention, DecodeStep};
 use super::ops::{self, AttnShape, Rope};

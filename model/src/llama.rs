@@ -13,11 +13,13 @@
 use std::time::Instant;
 
 use super::arch::EmbedScale;
-use super::backend::{Backend, ModelDevice, Part, Timer, Timings};
-use super::block::{Activations, Lane, Step};
+use super::backend::{Backend, Part, Timer, Timings};
+use super::block::{Activations, Lane, Pass, Step};
 use super::cache::{KvCache, KvDtype};
 use super::config::{Config, RopeScaling};
 use super::cpu::CpuBackend;
+use super::cuda::DeviceModel;
+use super::device::ModelDevice;
 use super::error::{ModelError, Result};
 use super::hooks::{CaptureFn, DecodeAttention};
 use super::ops::Rope;
@@ -66,16 +68,6 @@ impl RopeTables {
     pub fn of_layer(&self, layer: usize) -> usize {
         self.of_layer[layer]
     }
-}
-
-/// The inputs of one forward call: `tokens` at positions `cache.len()..`, the capture and the
-/// decode policy of [`Llama::forward_with`], and the timings its time is added to.
-pub(crate) struct Pass<'a, 'c> {
-    pub tokens: &'a [u32],
-    pub cache: &'a mut KvCache,
-    pub capture: Option<&'a mut CaptureFn<'c>>,
-    pub policy: Option<&'a mut dyn DecodeAttention>,
-    pub timings: &'a mut Timings,
 }
 
 /// A loaded model: configuration, weights and RoPE tables, and the device that runs its
@@ -144,6 +136,15 @@ impl Llama {
     /// The RoPE tables (what a device backend uploads).
     pub fn ropes(&self) -> &RopeTables {
         &self.ropes
+    }
+
+    /// What a device backend is handed of this model: configuration, weights, RoPE tables.
+    fn device_model(&self) -> DeviceModel<'_> {
+        DeviceModel {
+            cfg: &self.cfg,
+            weights: &self.w,
+            ropes: self.ropes.tables(),
+        }
     }
 
     /// An empty cache for up to `capacity` positions (at most the context length).
@@ -235,7 +236,9 @@ impl Llama {
                 let mut cpu = CpuBackend::new(self.ropes.tables());
                 self.forward_on(&mut cpu, &self.w, pass)
             }
-            ModelDevice::Cuda(cuda) => cuda.forward(self, pass),
+            ModelDevice::Cuda(cuda) => cuda.forward(self.device_model(), pass, |call, w, pass| {
+                self.forward_on(call, w, pass)
+            }),
         }
     }
 
@@ -382,7 +385,9 @@ impl Llama {
                 let mut cpu = CpuBackend::new(self.ropes.tables());
                 self.logits_on(&mut cpu, &self.w, hidden, timings)
             }
-            ModelDevice::Cuda(cuda) => cuda.logits(self, hidden, timings),
+            ModelDevice::Cuda(cuda) => cuda.logits(self.device_model(), |call, w| {
+                self.logits_on(call, w, hidden, timings)
+            }),
         }
     }
 
@@ -395,7 +400,9 @@ impl Llama {
                 let mut cpu = CpuBackend::for_batch_step(self.ropes.tables());
                 self.logits_on(&mut cpu, &self.w, hidden, timings)
             }
-            ModelDevice::Cuda(cuda) => cuda.logits(self, hidden, timings),
+            ModelDevice::Cuda(cuda) => cuda.logits(self.device_model(), |call, w| {
+                self.logits_on(call, w, hidden, timings)
+            }),
         }
     }
 
@@ -441,7 +448,7 @@ pub fn argmax(logits: &[f32], skip: impl Fn(u32) -> bool) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::LayerCapture;
+    use crate::LayerCapture;
 
     #[test]
     fn layers_with_one_rope_base_share_one_table() {
