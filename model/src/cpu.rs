@@ -110,7 +110,7 @@ impl Backend for CpuBackend<'_> {
         match w {
             HostTensor::F32(w) if self.matvecs => ops::linear_matvecs(x, rows, w, out, inp, y),
             HostTensor::F32(w) => ops::linear(x, rows, w, out, inp, y),
-            HostTensor::Blocks(q) => linear_blocks(q, x, rows, &mut self.q8, y, self.matvecs),
+            HostTensor::Blocks(q) => linear_blocks(q, x, rows, &mut self.q8, y, self.matvecs)?,
         }
         Ok(())
     }

@@ -105,6 +105,11 @@ fn many_kernel(ty: GgmlType) -> Option<ManyKernel> {
     None
 }
 
+/// Whether this CPU has an integer row kernel for `ty` (what [`matvec`] needs).
+pub fn has_kernel(ty: GgmlType) -> bool {
+    kernel(ty).is_some()
+}
+
 /// The dot product of one row of `ty` weights (`w`: `cols / block_weights` whole blocks, cols =
 /// `32 · a.blocks()`) with `a`; `None` for a type without a kernel.
 pub fn dot_row(ty: GgmlType, w: &[u8], a: &Q8Act) -> Option<f32> {

@@ -11,21 +11,79 @@ use faer::linalg::matmul::matmul;
 use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
+use super::error::{ModelError, Result};
 use super::qdot::{self, Q8Act};
 use super::quant::{dequantize_into, GgmlType};
 
 /// A weight matrix in ggml blocks: `rows` rows (output features) of `cols` weights (input
-/// features), each row whole blocks of `ty`, row-major.
+/// features), each row whole blocks of `ty`, row-major. Made only by [`QMatrix::new`], which
+/// checks that this CPU has an integer kernel for `ty` and that the bytes are whole rows of
+/// whole blocks: the products below can then always be computed (a matrix without a kernel
+/// used to leave its output unwritten in a release build, where the check was a
+/// `debug_assert`).
 #[derive(Debug, Clone)]
 pub struct QMatrix {
-    pub ty: GgmlType,
-    pub rows: usize,
-    pub cols: usize,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
     /// `rows × row_bytes()` bytes.
-    pub data: Vec<u8>,
+    data: Vec<u8>,
 }
 
 impl QMatrix {
+    /// `rows × cols` weights of type `ty` in `data` (row-major ggml blocks). Errors
+    /// ([`ModelError::Tensor`] naming `name`): no integer kernel for `ty` on this CPU, `cols`
+    /// not a whole number of blocks (nor a multiple of 32, the activations' block), or `data`
+    /// not `rows` rows of them.
+    pub fn new(name: &str, ty: GgmlType, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self> {
+        let bad = |reason: String| ModelError::Tensor {
+            tensor: name.to_string(),
+            reason,
+        };
+        if !qdot::has_kernel(ty) {
+            return Err(bad(format!(
+                "no integer matvec kernel for {ty:?} on this CPU (kernels: Q8_0, Q4_1, Q5_0,                  Q4_K, Q6_K)"
+            )));
+        }
+        let row_bytes = ty
+            .bytes_for(cols as u64)
+            .filter(|_| cols.is_multiple_of(32))
+            .ok_or_else(|| bad(format!("{cols} columns are not whole {ty:?} blocks")))?;
+        let want = (row_bytes as usize).checked_mul(rows);
+        if want != Some(data.len()) || rows == 0 || cols == 0 {
+            return Err(bad(format!(
+                "{} bytes for {rows} rows of {cols} {ty:?} weights ({row_bytes} bytes a row)",
+                data.len()
+            )));
+        }
+        Ok(QMatrix {
+            ty,
+            rows,
+            cols,
+            data,
+        })
+    }
+
+    /// The ggml type of the blocks.
+    pub fn ty(&self) -> GgmlType {
+        self.ty
+    }
+
+    /// Rows (output features).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Columns (input features).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The blocks, `rows × row_bytes()` bytes.
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
     /// Bytes of one row.
     pub fn row_bytes(&self) -> usize {
         self.data.len() / self.rows.max(1)
@@ -63,14 +121,8 @@ impl HostTensor {
         if ty.bytes_for(n as u64)? != src.len() as u64 {
             return None;
         }
-        let whole_rows = ty.bytes_for(cols as u64).is_some();
-        if qdot::supported(ty) && whole_rows && cols.is_multiple_of(32) {
-            return Some(HostTensor::Blocks(QMatrix {
-                ty,
-                rows,
-                cols,
-                data: src.to_vec(),
-            }));
+        if let Ok(q) = QMatrix::new("", ty, rows, cols, src.to_vec()) {
+            return Some(HostTensor::Blocks(q));
         }
         let mut out = vec![0f32; n];
         dequantize_into(ty, src, &mut out).then_some(HostTensor::F32(out))
@@ -142,7 +194,8 @@ fn tile_rows(cols: usize) -> usize {
 /// One row (a decode step), or any number with `matvecs` (a decode step of several
 /// sequences), quantizes each row of `x` into `q8` and runs the integer kernels, reading `w`
 /// once for all rows (each row's result is the one it gets alone); otherwise the rows multiply
-/// dequantized tiles of `w` with faer (the prefill's GEMMs).
+/// dequantized tiles of `w` with faer (the prefill's GEMMs). Errors when `x` or `y` is not
+/// `n` rows of the matrix's sides.
 pub fn linear_blocks(
     w: &QMatrix,
     x: &[f32],
@@ -150,17 +203,29 @@ pub fn linear_blocks(
     q8: &mut Vec<Q8Act>,
     y: &mut [f32],
     matvecs: bool,
-) {
-    debug_assert_eq!(x.len(), n * w.cols);
-    debug_assert_eq!(y.len(), n * w.rows);
+) -> Result<()> {
+    if x.len() != n * w.cols || y.len() != n * w.rows {
+        return Err(ModelError::DeviceState(format!(
+            "a linear layer of {} x {} got {} inputs and {} outputs for {n} rows",
+            w.rows,
+            w.cols,
+            x.len(),
+            y.len()
+        )));
+    }
     if n == 1 || matvecs {
         q8.resize_with(n, Q8Act::default);
         for (a, xr) in q8.iter_mut().zip(x.chunks_exact(w.cols)) {
             a.quantize(xr);
         }
-        let ok = qdot::matvec_many(w.ty, &w.data, w.row_bytes(), &q8[..n], y);
-        debug_assert!(ok, "blocks of a type with a kernel");
-        return;
+        // `QMatrix::new` checked the kernel, so this cannot fail; if it did, say so.
+        if !qdot::matvec_many(w.ty, &w.data, w.row_bytes(), &q8[..n], y) {
+            return Err(ModelError::DeviceState(format!(
+                "no integer kernel for {:?}",
+                w.ty
+            )));
+        }
+        return Ok(());
     }
     let tile = tile_rows(w.cols).min(w.rows);
     let mut buf = vec![0f32; tile * w.cols];
@@ -174,6 +239,7 @@ pub fn linear_blocks(
         let out = ym.as_mut().subcols_mut(r0, r1 - r0);
         matmul(out, Accum::Replace, xm, wm, 1.0f32, Par::rayon(0));
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -198,6 +264,53 @@ mod tests {
         (bytes, vals)
     }
 
+    /// Issue 64, item 2: a matrix in blocks is only made where it can be multiplied. Before,
+    /// `QMatrix { ty: F16, .. }` could be built by hand (its fields were public) and
+    /// `linear_blocks` then left `y` unwritten in a release build (the kernel check was a
+    /// `debug_assert`); now such a matrix is an error at construction, and so is a product of
+    /// the wrong shape.
+    #[test]
+    fn a_matrix_without_a_kernel_or_of_the_wrong_size_is_an_error() {
+        let (bytes, _) = q8_matrix(3);
+        let q = QMatrix::new("w", GgmlType::Q8_0, 3, 64, bytes.clone()).expect("Q8_0 3 x 64");
+        assert_eq!(
+            (q.ty(), q.rows(), q.cols(), q.data().len()),
+            (GgmlType::Q8_0, 3, 64, 204)
+        );
+        for (ty, rows, cols, len, what) in [
+            (GgmlType::F16, 3, 64, 3 * 64 * 2, "no integer matvec kernel"),
+            (GgmlType::F32, 3, 64, 3 * 64 * 4, "no integer matvec kernel"),
+            (GgmlType::Q8_0, 3, 48, 3 * 51, "not whole"),
+            (GgmlType::Q8_0, 3, 64, bytes.len() - 1, "bytes for 3 rows"),
+            (GgmlType::Q8_0, 4, 64, bytes.len(), "bytes for 4 rows"),
+            (GgmlType::Q8_0, 0, 64, 0, "bytes for 0 rows"),
+        ] {
+            let err = QMatrix::new("blk.0.w", ty, rows, cols, vec![0u8; len])
+                .expect_err("refused")
+                .to_string();
+            assert!(
+                err.contains("blk.0.w") && err.contains(what),
+                "{ty:?}: {err}"
+            );
+        }
+        // A tensor of a type without a kernel is dequantized, never kept in blocks.
+        let f16s: Vec<u8> = (0..64)
+            .flat_map(|i| f16::from_f32(i as f32).to_le_bytes())
+            .collect();
+        let t = HostTensor::from_ggml(GgmlType::F16, 1, 64, &f16s).expect("f16");
+        assert!(matches!(t, HostTensor::F32(_)));
+        // A product whose sides do not match the matrix is an error, not a partial write.
+        let (mut x, mut y) = (vec![1f32; 64], vec![f32::NAN; 2]);
+        let err = linear_blocks(&q, &x, 1, &mut Vec::new(), &mut y, true).expect_err("y short");
+        assert!(err.to_string().contains("3 x 64"), "{err}");
+        x.pop();
+        let mut y = vec![f32::NAN; 3];
+        assert!(linear_blocks(&q, &x, 1, &mut Vec::new(), &mut y, true).is_err());
+        x.push(1.0);
+        linear_blocks(&q, &x, 1, &mut Vec::new(), &mut y, true).expect("fits");
+        assert!(y.iter().all(|v| v.is_finite()), "every row written: {y:?}");
+    }
+
     #[test]
     fn blocks_multiply_like_their_values() {
         let rows = 70;
@@ -215,7 +328,7 @@ mod tests {
                 .map(|i| ((i * 13 % 17) as f32 - 8.0) / 8.0)
                 .collect();
             let mut y = vec![0f32; n * rows];
-            linear_blocks(w, &x, n, &mut Vec::new(), &mut y, matvecs);
+            linear_blocks(w, &x, n, &mut Vec::new(), &mut y, matvecs).expect("linear");
             for i in 0..n {
                 for r in 0..rows {
                     let xr = &x[i * 64..(i + 1) * 64];
