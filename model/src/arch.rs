@@ -1,8 +1,12 @@
 //! The architecture seam: what a model family chooses per layer, read by [`Block`] and
 //! [`Attention`] (and by the loaders) so that the forward pass is written once.
 //!
-//! Each choice is an enum whose variants are the families this driver runs: Llama (SmolLM2) and
-//! Gemma 3; `block.rs` has a `match` arm per variant.
+//! Each choice is an enum whose variants are the families this driver runs: Llama (SmolLM2),
+//! Gemma 3 and Qwen2 (Qwen2.5); `block.rs` has a `match` arm per variant.
+//!
+//! Qwen2 is Llama with a bias on the q, k and v projections ([`LayerSpec::qkv_bias`]), its q/k
+//! rows stored in rotate-half order (llama.cpp's converter permutes only `llama` files), and its
+//! own output head where the file has one (`output.weight`; tied to the embedding otherwise).
 //!
 //! Gemma 3 facts that its GGUF metadata does not hold (llama.cpp hard-codes them too): layer `l`
 //! is global iff `l % 6 == 5`, the others attend a sliding window of
@@ -34,6 +38,9 @@ pub enum Architecture {
     /// Gemma 3: pre- and post-norms, per-head q/k RMSNorm, GeGLU, scaled embeddings, five local
     /// (sliding-window) layers per global one, each kind with its RoPE base.
     Gemma3,
+    /// Qwen2 (Qwen2.5): Llama's block with biases on the q, k and v projections, q/k rows in
+    /// rotate-half order, global attention in every layer.
+    Qwen2,
 }
 
 impl Architecture {
@@ -42,6 +49,7 @@ impl Architecture {
         match name {
             "llama" => Ok(Architecture::Llama),
             "gemma3" => Ok(Architecture::Gemma3),
+            "qwen2" => Ok(Architecture::Qwen2),
             other => Err(ModelError::Architecture(other.to_string())),
         }
     }
@@ -51,12 +59,13 @@ impl Architecture {
         match self {
             Architecture::Llama => "llama",
             Architecture::Gemma3 => "gemma3",
+            Architecture::Qwen2 => "qwen2",
         }
     }
 
     /// Whether every layer attends every earlier position (no sliding window anywhere).
     pub fn all_global(self) -> bool {
-        matches!(self, Architecture::Llama)
+        matches!(self, Architecture::Llama | Architecture::Qwen2)
     }
 
     /// What layer `layer` of a model with RoPE base `rope_base` and linear position scale
@@ -65,22 +74,31 @@ impl Architecture {
     /// Gemma 3) does.
     pub fn layer(self, layer: usize, (rope_base, linear): (f64, f64), window: usize) -> LayerSpec {
         match self {
-            Architecture::Llama => LayerSpec {
-                norms: NormPlacement::Pre,
-                qk_norm: QkNorm::None,
-                activation: Activation::SwiGlu,
-                rope: RopeSpec {
-                    base: rope_base,
-                    linear,
-                    rows: QkRowOrder::LlamaCppPermuted,
-                },
-                attention: AttentionKind::Global,
-            },
+            Architecture::Llama | Architecture::Qwen2 => {
+                let qwen = self == Architecture::Qwen2;
+                LayerSpec {
+                    norms: NormPlacement::Pre,
+                    qk_norm: QkNorm::None,
+                    qkv_bias: qwen,
+                    activation: Activation::SwiGlu,
+                    rope: RopeSpec {
+                        base: rope_base,
+                        linear,
+                        rows: if qwen {
+                            QkRowOrder::AsStored
+                        } else {
+                            QkRowOrder::LlamaCppPermuted
+                        },
+                    },
+                    attention: AttentionKind::Global,
+                }
+            }
             Architecture::Gemma3 => {
                 let global = layer % GEMMA3_GLOBAL_EVERY == GEMMA3_GLOBAL_EVERY - 1;
                 LayerSpec {
                     norms: NormPlacement::PrePost,
                     qk_norm: QkNorm::PerHead,
+                    qkv_bias: false,
                     activation: Activation::GeGlu,
                     rope: RopeSpec {
                         base: if global {
@@ -104,7 +122,7 @@ impl Architecture {
     /// How token embeddings are scaled before the first layer.
     pub fn embed_scale(self) -> EmbedScale {
         match self {
-            Architecture::Llama => EmbedScale::None,
+            Architecture::Llama | Architecture::Qwen2 => EmbedScale::None,
             Architecture::Gemma3 => EmbedScale::SqrtDim,
         }
     }
@@ -115,6 +133,8 @@ impl Architecture {
 pub struct LayerSpec {
     pub norms: NormPlacement,
     pub qk_norm: QkNorm,
+    /// Biases added to the q, k and v projections (Qwen2: `attn_{q,k,v}.bias`).
+    pub qkv_bias: bool,
     pub activation: Activation,
     pub rope: RopeSpec,
     pub attention: AttentionKind,
@@ -167,7 +187,7 @@ pub struct RopeSpec {
 pub enum QkRowOrder {
     /// llama.cpp's permutation for interleaved RoPE, undone at load ([`gguf_row_of`]).
     LlamaCppPermuted,
-    /// Rotate-half (NEOX) order already (Gemma 3).
+    /// Rotate-half (NEOX) order already (Gemma 3, Qwen2).
     AsStored,
 }
 

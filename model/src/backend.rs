@@ -96,6 +96,15 @@ pub trait Backend {
     /// `x *= s`, element-wise.
     fn scale(&mut self, x: &mut Self::Buf, s: f32) -> Result<()>;
 
+    /// `x[r] += bias` for each of `rows` rows of `dim` (`bias`: `dim` values): a projection's
+    /// bias.
+    fn add_rows(
+        &mut self,
+        x: &mut Self::Buf,
+        bias: &Self::Tensor,
+        rows_dim: (usize, usize),
+    ) -> Result<()>;
+
     /// `x += h` (a residual connection).
     fn add(&mut self, x: &mut Self::Buf, h: &Self::Buf) -> Result<()>;
 

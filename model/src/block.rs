@@ -30,6 +30,17 @@ pub struct Attention<T> {
     /// [`QkNorm::PerHead`].
     pub q_norm: Option<T>,
     pub k_norm: Option<T>,
+    /// The projections' biases (`q_dim`, `kv_dim`, `kv_dim` values) where the layer has
+    /// [`LayerSpec::qkv_bias`] (Qwen2), in the rows' order (q and k rotate-half, as `wq`, `wk`).
+    pub bias: Option<QkvBias<T>>,
+}
+
+/// The biases of the q, k and v projections.
+#[derive(Debug, Clone)]
+pub struct QkvBias<T> {
+    pub q: T,
+    pub k: T,
+    pub v: T,
 }
 
 /// The gated MLP: `down(act(gate(x)) · up(x))`.
@@ -156,6 +167,11 @@ impl<T> Attention<T> {
         b.linear(&a.h, n, &self.wq, (q_dim, c.dim), &mut a.q)?;
         b.linear(&a.h, n, &self.wk, (kv_dim, c.dim), &mut a.k)?;
         b.linear(&a.h, n, &self.wv, (kv_dim, c.dim), &mut a.v)?;
+        if let Some(bias) = &self.bias {
+            b.add_rows(&mut a.q, &bias.q, (n, q_dim))?;
+            b.add_rows(&mut a.k, &bias.k, (n, kv_dim))?;
+            b.add_rows(&mut a.v, &bias.v, (n, kv_dim))?;
+        }
         s.timer.lap(Part::Matmul);
         match spec.qk_norm {
             QkNorm::None => {}
@@ -237,6 +253,14 @@ impl<T> Attention<T> {
             wo: f(&self.wo)?,
             q_norm: map_opt(&self.q_norm, f)?,
             k_norm: map_opt(&self.k_norm, f)?,
+            bias: match &self.bias {
+                Some(b) => Some(QkvBias {
+                    q: f(&b.q)?,
+                    k: f(&b.k)?,
+                    v: f(&b.v)?,
+                }),
+                None => None,
+            },
         })
     }
 }
@@ -420,9 +444,24 @@ impl Attention<HostTensor> {
                 Some(t("attn_k_norm.weight", &hd)?),
             ),
         };
+        let bias = if spec.qkv_bias {
+            let v = |name: &str, len: u64| {
+                g.dequantize(&format!("blk.{layer}.{name}"), &[len])
+                    .map(HostTensor::F32)
+            };
+            // A bias is a column of the projection: its rows are permuted with the weights'.
+            Some(QkvBias {
+                q: rows(v("attn_q.bias", q)?, cfg.n_heads),
+                k: rows(v("attn_k.bias", kv)?, cfg.n_kv_heads),
+                v: v("attn_v.bias", kv)?,
+            })
+        } else {
+            None
+        };
         Ok(Attention {
             q_norm,
             k_norm,
+            bias,
             wq: rows(t("attn_q.weight", &[d, q])?, cfg.n_heads),
             wk: rows(t("attn_k.weight", &[d, kv])?, cfg.n_kv_heads),
             wv: t("attn_v.weight", &[d, kv])?,

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use super::backend::Backend;
 use super::cache::KvCache;
 use super::config::Heads;
-use super::error::Result;
+use super::error::{ModelError, Result};
 use super::hooks::{DecodeAttention, DecodeStep};
 use super::ops::{self, AttnShape, Rope};
 use super::qdot::Q8Act;
@@ -133,6 +133,27 @@ impl Backend for CpuBackend<'_> {
 
     fn geglu(&mut self, gate: &mut Vec<f32>, up: &Vec<f32>) -> Result<()> {
         ops::geglu(gate, up);
+        Ok(())
+    }
+
+    fn add_rows(
+        &mut self,
+        x: &mut Vec<f32>,
+        bias: &HostTensor,
+        (rows, dim): (usize, usize),
+    ) -> Result<()> {
+        let bias = bias.to_f32();
+        if bias.len() != dim || x.len() != rows * dim {
+            return Err(ModelError::DeviceState(format!(
+                "a bias of {} values for {rows} rows of {dim}",
+                bias.len()
+            )));
+        }
+        for row in x.chunks_exact_mut(dim) {
+            for (v, b) in row.iter_mut().zip(bias.iter()) {
+                *v += b;
+            }
+        }
         Ok(())
     }
 

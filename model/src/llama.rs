@@ -419,7 +419,7 @@ impl Llama {
         let rows = hidden.len() / dim;
         let x = b.upload(hidden)?;
         let mut y = b.alloc(rows * vocab)?;
-        b.linear(&x, rows, &w.embed, (vocab, dim), &mut y)?;
+        b.linear(&x, rows, w.head(), (vocab, dim), &mut y)?;
         let out = b.download(y)?;
         timings.matmul += t0.elapsed();
         Ok(out)

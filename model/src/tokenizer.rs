@@ -4,15 +4,21 @@
 //!
 //! Pre-tokenizer for `tokenizer.ggml.pre = "smollm"` (llama.cpp `LLAMA_VOCAB_PRE_TYPE_SMOLLM`, the
 //! Hugging Face `tokenizer.json` of SmolLM2): every digit split on its own, then the GPT-2 byte-level
-//! regex without a prefix space. Control tokens (`token_type` 3, e.g. `<|im_start|>`) are special
-//! added tokens, so they are recognised as such inside text.
+//! regex without a prefix space. For `"qwen2"` (llama.cpp `LLAMA_VOCAB_PRE_TYPE_QWEN2`, Qwen2.5's
+//! `tokenizer.json`): NFC normalization, then [`QWEN2_SPLIT`] (contractions, letters with one
+//! leading non-letter, each digit alone, punctuation runs, newlines, whitespace), then byte-level
+//! without its own regex. Control tokens (`token_type` 3, e.g. `<|im_start|>`) are special
+//! added tokens, so they are recognised as such inside text; user-defined ones (`token_type` 4)
+//! are added tokens too, as Hugging Face's tokenizer matches them.
 
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::BPE;
+use tokenizers::normalizers::unicode::NFC;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
-use tokenizers::{AddedToken, Tokenizer};
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 
 use super::error::{ModelError, Result};
 use super::gguf::{GgufFile, MetaValue};
@@ -20,6 +26,11 @@ use super::spm::SpmTokenizer;
 
 /// `token_type` of control tokens in GGUF (`LLAMA_TOKEN_TYPE_CONTROL`).
 const TOKEN_TYPE_CONTROL: u64 = 3;
+/// `token_type` of user-defined tokens in GGUF (`LLAMA_TOKEN_TYPE_USER_DEFINED`).
+const TOKEN_TYPE_USER_DEFINED: u64 = 4;
+
+/// Qwen2's pre-tokenizer split (its `tokenizer.json`, llama.cpp's `LLAMA_VOCAB_PRE_TYPE_QWEN2`).
+pub const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// The default system turn of SmolLM2-Instruct's chat template (`tokenizer.chat_template`).
 pub const DEFAULT_SYSTEM: &str =
@@ -34,6 +45,32 @@ pub struct ModelTokenizer {
     /// `tokenizer.ggml.eos_token_id` (`<|im_end|>` for SmolLM2-Instruct).
     pub eos_id: u32,
     pub vocab_size: usize,
+    /// The system turn the file's chat template writes when the conversation has none
+    /// ([`default_system_of`]); `None` without a ChatML template that states one.
+    pub default_system: Option<String>,
+}
+
+/// The default system turn a ChatML chat template (`tokenizer.chat_template`) writes: the
+/// first literal `<|im_start|>system\n…<|im_end|>` in it (SmolLM2: "You are a helpful AI
+/// assistant named SmolLM, …"; Qwen2.5: "You are Qwen, created by Alibaba Cloud. …").
+pub fn default_system_of(template: &str) -> Option<String> {
+    const OPEN: &str = "<|im_start|>system";
+    let mut rest = template;
+    while let Some(at) = rest.find(OPEN) {
+        rest = &rest[at + OPEN.len()..];
+        let body = rest
+            .strip_prefix("\\n")
+            .or_else(|| rest.strip_prefix('\n'))
+            .unwrap_or(rest);
+        if let Some(end) = body.find("<|im_end|>") {
+            let text = &body[..end];
+            // A literal, not a Jinja expression or the end of a string.
+            if !text.is_empty() && !text.contains(['\'', '"', '{', '}', '<']) {
+                return Some(text.to_string());
+            }
+        }
+    }
+    None
 }
 
 /// The segmentation behind a [`ModelTokenizer`].
@@ -83,7 +120,18 @@ impl ModelTokenizer {
             return Self::from_spm_gguf(g, tokens, types, eos_id);
         }
         let merges = strings("tokenizer.ggml.merges")?;
-        Self::build(&tokens, &merges, &types, eos_id, pre)
+        let mut t = Self::build(&tokens, &merges, &types, eos_id, pre)?;
+        t.default_system = g
+            .meta_str("tokenizer.chat_template")
+            .ok()
+            .and_then(default_system_of);
+        Ok(t)
+    }
+
+    /// The system turn of `--chat` without `--system`: the template's ([`Self::default_system`]),
+    /// else SmolLM2's [`DEFAULT_SYSTEM`].
+    pub fn system_or_default(&self) -> &str {
+        self.default_system.as_deref().unwrap_or(DEFAULT_SYSTEM)
     }
 
     /// The SentencePiece tokenizer of a `llama`-model vocabulary (scores, no merges).
@@ -135,6 +183,7 @@ impl ModelTokenizer {
             is_control,
             eos_id,
             vocab_size,
+            default_system: None,
         })
     }
 
@@ -177,6 +226,19 @@ impl ModelTokenizer {
             "default" | "gpt2" | "gpt-2" => {
                 inner.with_pre_tokenizer(Some(byte_level));
             }
+            "qwen2" => {
+                let split = Split::new(
+                    SplitPattern::Regex(QWEN2_SPLIT.into()),
+                    SplitDelimiterBehavior::Isolated,
+                    false,
+                )
+                .map_err(tok_err)?;
+                inner.with_normalizer(Some(NFC));
+                inner.with_pre_tokenizer(Some(Sequence::new(vec![
+                    split.into(),
+                    ByteLevel::new(false, false, false).into(),
+                ])));
+            }
             other => {
                 return Err(ModelError::Metadata {
                     key: "tokenizer.ggml.pre".into(),
@@ -195,6 +257,13 @@ impl ModelTokenizer {
             .map(|(t, _)| AddedToken::from(t.clone(), true))
             .collect();
         inner.add_special_tokens(&specials);
+        let user: Vec<AddedToken> = tokens
+            .iter()
+            .zip(token_types)
+            .filter(|(_, &t)| t == TOKEN_TYPE_USER_DEFINED)
+            .map(|(t, _)| AddedToken::from(t.clone(), false))
+            .collect();
+        inner.add_tokens(&user);
         if eos_id as usize >= tokens.len() {
             return Err(ModelError::TokenId {
                 id: eos_id.into(),
@@ -206,6 +275,7 @@ impl ModelTokenizer {
             is_control,
             eos_id,
             vocab_size: tokens.len(),
+            default_system: None,
         })
     }
 
@@ -280,6 +350,34 @@ pub fn chat_prompt(user: &str, system: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The default system turn is read from the template (SmolLM2's and Qwen2.5's, abridged);
+    /// Jinja expressions and templates without one give none.
+    #[test]
+    fn the_default_system_turn_comes_from_the_template() {
+        let smol = "{% for message in messages %}{% if loop.first and messages[0]['role'] != \
+                    'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named \
+                    SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}";
+        assert_eq!(
+            default_system_of(smol).as_deref(),
+            Some("You are a helpful AI assistant named SmolLM, trained by Hugging Face")
+        );
+        let qwen = "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0]['role'] == \
+                    'system' %}{{- messages[0]['content'] }}{%- endif %}{%- else %}{%- if \
+                    messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + \
+                    messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}{{- \
+                    '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a \
+                    helpful assistant.<|im_end|>\\n' }}{%- endif %}{%- endif %}";
+        assert_eq!(
+            default_system_of(qwen).as_deref(),
+            Some("You are Qwen, created by Alibaba Cloud. You are a helpful assistant.")
+        );
+        assert_eq!(default_system_of("{{ messages }}"), None);
+        assert_eq!(
+            default_system_of("<|im_start|>system\n{{ x }}<|im_end|>"),
+            None
+        );
+    }
 
     /// A tiny byte-level vocabulary: all 256 byte symbols, a few merges, two control tokens.
     fn tiny() -> ModelTokenizer {

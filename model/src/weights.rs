@@ -11,10 +11,10 @@
 
 use rayon::prelude::*;
 
-use super::arch::{NormPlacement, QkNorm};
-use super::block::{Attention, Block, Mlp};
+use super::arch::{Architecture, NormPlacement, QkNorm};
+use super::block::{Attention, Block, Mlp, QkvBias};
 use super::config::Config;
-use super::error::{ModelError, Result};
+use super::error::Result;
 use super::gguf::GgufFile;
 use super::qtensor::HostTensor;
 
@@ -22,10 +22,20 @@ use super::qtensor::HostTensor;
 /// `out × in` for `Linear` weights as in PyTorch).
 #[derive(Debug)]
 pub struct Weights<T = HostTensor> {
-    /// `vocab × dim`; also the output head (tied).
+    /// `vocab × dim`; also the output head unless the file has its own.
     pub embed: T,
     pub blocks: Vec<Block<T>>,
     pub out_norm: T,
+    /// The output head (`vocab × dim`) where the file has one (`output.weight`: untied, as
+    /// Qwen2.5-1.5B); `None`: the embedding is the head (tied).
+    pub output: Option<T>,
+}
+
+impl<T> Weights<T> {
+    /// The output head: [`Weights::output`], or the embedding when the head is tied.
+    pub fn head(&self) -> &T {
+        self.output.as_ref().unwrap_or(&self.embed)
+    }
 }
 
 impl Weights {
@@ -45,13 +55,12 @@ impl Weights {
             &[d, cfg.vocab_size as u64],
             keep_blocks,
         )?;
-        if let Ok(t) = g.tensor("output.weight") {
-            // Untied output heads exist in other Llama GGUFs; this driver ties them.
-            return Err(ModelError::Tensor {
-                tensor: t.name.clone(),
-                reason: "untied output head is not supported".into(),
-            });
-        }
+        let output = match g.tensor("output.weight") {
+            Ok(_) => {
+                Some(g.host_tensor("output.weight", &[d, cfg.vocab_size as u64], keep_blocks)?)
+            }
+            Err(_) => None,
+        };
         let out_norm = HostTensor::F32(g.dequantize("output_norm.weight", &[d])?);
         let blocks = (0..cfg.n_layers)
             .into_par_iter()
@@ -61,6 +70,7 @@ impl Weights {
             embed,
             blocks,
             out_norm,
+            output,
         })
     }
 
@@ -87,6 +97,11 @@ impl Weights {
                     spec.qk_norm == QkNorm::PerHead,
                     spec.norms == NormPlacement::PrePost,
                 );
+                let bias = |len: usize, s: u64| {
+                    let mut rng =
+                        qkindex::synth::Rng::new(seed ^ s.wrapping_mul(0xA24B_AED4_963E_E407));
+                    HostTensor::F32((0..len).map(|_| 0.1 * rng.normal()).collect())
+                };
                 let hd = cfg.head_dim;
                 Block {
                     spec,
@@ -100,6 +115,11 @@ impl Weights {
                         wo: mat(d * q, b + 4),
                         q_norm: qk.then(|| norm(hd, b + 11)),
                         k_norm: qk.then(|| norm(hd, b + 12)),
+                        bias: spec.qkv_bias.then(|| QkvBias {
+                            q: bias(q, b + 13),
+                            k: bias(kv, b + 14),
+                            v: bias(kv, b + 15),
+                        }),
                     },
                     ffn_norm: norm(d, b + 5),
                     mlp: Mlp {
@@ -114,6 +134,8 @@ impl Weights {
             embed: mat(cfg.vocab_size * d, 1),
             blocks,
             out_norm: norm(d, 2),
+            // Qwen2's files have their own head; the others tie it.
+            output: (cfg.arch == Architecture::Qwen2).then(|| mat(cfg.vocab_size * d, 3)),
         }
     }
 }
@@ -132,6 +154,10 @@ impl<T> Weights<T> {
                 .map(|b| b.try_map(&mut f))
                 .collect::<std::result::Result<_, E>>()?,
             out_norm: f(&self.out_norm)?,
+            output: match &self.output {
+                Some(o) => Some(f(o)?),
+                None => None,
+            },
         })
     }
 }

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use clap::Args;
 use qkindex_driver::devices::Devices;
-use qkindex_model::{argmax, chat_prompt, ModelError, Timings, DEFAULT_SYSTEM};
+use qkindex_model::{argmax, chat_prompt, ModelError, Timings};
 
 use super::model_args::ModelArgs;
 
@@ -36,7 +36,11 @@ pub fn run(args: GenerateArgs, devices: &Devices) -> anyhow::Result<()> {
         let system = if args.no_system {
             None
         } else {
-            Some(args.system.as_deref().unwrap_or(DEFAULT_SYSTEM))
+            Some(
+                args.system
+                    .as_deref()
+                    .unwrap_or(m.tokenizer.system_or_default()),
+            )
         };
         chat_prompt(&args.prompt, system)
     } else {

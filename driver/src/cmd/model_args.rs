@@ -26,7 +26,7 @@ pub struct PolicyRunArgs {
 
 #[derive(Debug, Args)]
 pub struct ModelArgs {
-    /// A model family fetched by scripts/get-model.sh (`smollm2-135m`, `gemma3-270m`: its file
+    /// A model family fetched by scripts/get-model.sh (`smollm2-135m`, `gemma3-270m`, `qwen2.5-1.5b`: its file
     /// under models/, sha256-checked) or the path of a GGUF file [default: smollm2-135m].
     #[arg(long, value_name = "NAME|PATH")]
     pub model: Option<String>,

@@ -91,8 +91,9 @@ impl Inner {
         }
         if model.cfg.arch != Architecture::Llama {
             return Err(ModelError::DeviceState(format!(
-                "the {} architecture does not run on the CUDA backend yet (no kernels for its \
-                 sliding-window attention, q/k norms, GeGLU and embedding scale); use --device cpu",
+                "the {} architecture does not run on the CUDA backend yet (no kernels for Gemma 3's \
+                 sliding-window attention, q/k norms, GeGLU and embedding scale, nor Qwen2's \
+                 q/k/v biases); use --device cpu",
                 model.cfg.arch.gguf_name()
             )));
         }
@@ -299,6 +300,15 @@ impl Backend for CudaCall<'_> {
 
     fn scale(&mut self, _: &mut CudaSlice<f32>, _: f32) -> Result<()> {
         Err(not_on_cuda("the embedding scale"))
+    }
+
+    fn add_rows(
+        &mut self,
+        _: &mut CudaSlice<f32>,
+        _: &CudaSlice<f32>,
+        _: (usize, usize),
+    ) -> Result<()> {
+        Err(not_on_cuda("the q/k/v projection biases (Qwen2)"))
     }
 
     fn add(&mut self, x: &mut CudaSlice<f32>, h: &CudaSlice<f32>) -> Result<()> {
