@@ -330,6 +330,16 @@ def sccs(g: dict) -> list[list]:
     return out
 
 
+def shown(p: Path) -> str:
+    """`p` relative to the repository (or to a temporary directory, for the self-test)."""
+    for base, name in ((ROOT, ""), (Path(tempfile.gettempdir()), "$TMPDIR/")):
+        try:
+            return name + str(p.resolve().relative_to(base.resolve()))
+        except ValueError:
+            pass
+    return str(p)
+
+
 def check(src: Path, scope_dir: Path, quiet: bool = False) -> int:
     crate = Crate(src)
     scope = tuple(scope_dir.relative_to(src).parts)
@@ -337,13 +347,13 @@ def check(src: Path, scope_dir: Path, quiet: bool = False) -> int:
     name = lambda mod: str(crate.files[mod].relative_to(src.parent))  # noqa: E731
     comps = sccs(g)
     for comp in comps:
-        print(f"cycle in {scope_dir}: " + " <-> ".join(name(m) for m in comp))
+        print(f"cycle in {shown(scope_dir)}: " + " <-> ".join(name(m) for m in comp))
         for a in comp:
             for b, lines in sorted(g[a].items()):
                 if b in comp:
                     print(f"    {name(a)}:{','.join(map(str, lines[:5]))} -> {name(b)}")
     if not comps and not quiet:
-        print(f"ok: {scope_dir} ({len(g)} files, no import cycle)")
+        print(f"ok: {shown(scope_dir)} ({len(g)} files, no import cycle)")
     return len(comps)
 
 
