@@ -7,9 +7,12 @@ threads, in one run:
   llama.cpp   prefill of the first C - 1 tokens of the text (one `Llama.eval` call, timed):
               prefill tokens/s; then --continuation tokens teacher-forced one per `eval` call
               (a decode step each, timed one by one): decode ms/token (mean and median).
-  qkindex     `qkindex eval --context C --continuation N --policy full,index-topk` (the same
-              prefill of C - 1 tokens, then N teacher-forced decode steps per policy), read from
-              its --json: prefill tokens/s and the per-token latency split of each policy.
+  qkindex     `qkindex eval --context C --continuation N --policy full,index-topk --no-measure`
+              (the same prefill of C - 1 tokens, then N teacher-forced decode steps per policy),
+              read from its --json: prefill tokens/s, and decode ms/token as the wall clock of
+              its step calls (`latency_ms.wall`: each step's forward pass and logits, timed around
+              the call as the llama.cpp loop times `eval`; `--no-measure` leaves out the recall
+              measurement that `eval` would otherwise run inside the loop), with the split.
 
 The text is tokenized by each program's own tokenizer (both read the GGUF vocabulary: the token
 ids agree for the bundled text, and the script reports the first C ids' agreement when it can).
@@ -17,7 +20,9 @@ Rows go to --out (JSON lines) and a Markdown table to stdout.
 
 llama.cpp settings: n_threads = n_threads_batch = --threads, n_ctx = C + N, n_batch = n_ubatch =
 --batch (512), everything else llama-cpp-python's default (flash attention as the library
-decides, mmap, no GPU layers). Loading is not timed.
+decides, mmap, no GPU layers); each row records the settings the context was made with
+(`llama_cpp_settings`: threads, batch sizes, flash attention, KV cache types). Loading is not
+timed.
 
 Packages: unless --no-venv is given, the script creates benches/.venv-llama (or --venv DIR),
 installs benches/requirements-llama.txt there (llama-cpp-python built from source by pip: several
@@ -87,9 +92,18 @@ def llama_cpp_run(model: Path, text: str, ctx: int, cont: int, threads: int, bat
         llm.eval([t])
         steps.append(time.perf_counter() - t0)
     ms = [1e3 * s for s in steps]
+    cp = llm.context_params
+    settings = {
+        name: getattr(cp, name)
+        for name in ("n_threads", "n_threads_batch", "n_batch", "n_ubatch", "n_ctx",
+                     "flash_attn", "flash_attn_type", "type_k", "type_v")
+        if hasattr(cp, name)
+    }
+    settings = {k: (v if isinstance(v, (int, float, bool, str)) else str(v)) for k, v in settings.items()}
     return {
         "impl": "llama.cpp",
         "version": __version__,
+        "llama_cpp_settings": settings,
         "policy": "full",
         "prefill_tokens": len(prompt),
         "prefill_s": prefill_s,
@@ -107,7 +121,8 @@ def qkindex_run(
         out = Path(tmp) / "eval.json"
         cmd = [
             str(binary), "eval", "--model", model, "--context", str(ctx),
-            "--continuation", str(cont), "--policy", policies, "--json", str(out), *extra,
+            "--continuation", str(cont), "--policy", policies, "--no-measure", "--json", str(out),
+            *extra,
         ]
         print("+", " ".join(cmd), file=sys.stderr, flush=True)
         subprocess.run(cmd, check=True, cwd=ROOT)
@@ -122,7 +137,8 @@ def qkindex_run(
             "prefill_tokens": ctx - 1,
             "prefill_s": r["prefill_s"],
             "prefill_tok_s": (ctx - 1) / r["prefill_s"],
-            "decode_ms_mean": lat["total"],
+            # Wall clock per step call, as llama.cpp's loop is timed (see the module doc).
+            "decode_ms_mean": lat["wall"],
             "latency_ms": lat,
             "ppl": r["ppl"],
         })

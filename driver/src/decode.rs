@@ -100,7 +100,13 @@ pub struct Latency {
     pub matmul: f64,
     /// Everything but search and attention: matmuls, norms, RoPE, the policy's bookkeeping.
     pub rest: f64,
+    /// Wall time of the step calls less the untimed measurement (recall against every key,
+    /// observers): the latency a user sees.
     pub total: f64,
+    /// Wall time of the step calls, measurement included: with `--no-measure` (no
+    /// measurement) the same wall clock per token as a peer's timed loop
+    /// (`benches/llama_cpp_peer.py`).
+    pub wall: f64,
 }
 
 impl Latency {
@@ -114,6 +120,7 @@ impl Latency {
             matmul: self.matmul + o.matmul,
             rest: self.rest + o.rest,
             total: self.total + o.total,
+            wall: self.wall + o.wall,
         }
     }
 
@@ -127,6 +134,7 @@ impl Latency {
             matmul: self.matmul * f,
             rest: self.rest * f,
             total: self.total * f,
+            wall: self.wall * f,
         }
     }
 }
@@ -279,6 +287,7 @@ impl<'m> Decoder<'m> {
             matmul: per(self.timings.matmul),
             rest: per(total.saturating_sub(search + global + local)),
             total: per(total),
+            wall: per(self.wall),
         }
     }
 }
