@@ -28,9 +28,10 @@ pub struct DemoArgs {
     /// Tokens to generate with retrieval attention.
     #[arg(long, default_value_t = 48)]
     pub new: usize,
-    /// Layers whose prefill q/k/v are dumped.
-    #[arg(long, value_delimiter = ',', default_value = "9,23")]
-    pub dump_layers: Vec<usize>,
+    /// Layers whose prefill q/k/v are dumped [default: 9,23 where the model has them as global
+    /// layers (SmolLM2, Qwen2.5), else its last global layer (Gemma 3 270M: 17)].
+    #[arg(long, value_delimiter = ',')]
+    pub dump_layers: Option<Vec<usize>>,
     /// Output directory (the dump goes to OUT/dump).
     #[arg(long, default_value = "demo-out")]
     pub out: PathBuf,
@@ -67,14 +68,21 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
             cfg.context_length
         );
     }
-    if let Some(&l) = args.dump_layers.iter().find(|&&l| l >= cfg.n_layers) {
+    let dump_layers = args.dump_layers.clone().unwrap_or_else(|| {
+        let global = |l: &usize| *l < cfg.n_layers && cfg.layer(*l).attention.window().is_none();
+        let mut layers: Vec<usize> = [9, 23].into_iter().filter(global).collect();
+        if layers.is_empty() {
+            layers.extend(cfg.global_layers().last());
+        }
+        layers
+    });
+    if let Some(&l) = dump_layers.iter().find(|&&l| l >= cfg.n_layers) {
         anyhow::bail!(
             "--dump-layers: layer {l} does not exist ({} layers)",
             cfg.n_layers
         );
     }
-    if let Some(&l) = args
-        .dump_layers
+    if let Some(&l) = dump_layers
         .iter()
         .find(|&&l| cfg.layer(l).attention.window().is_some())
     {
@@ -147,7 +155,7 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
     // The builds are done: keep the queries of the dumped layers only (at 131,072 positions
     // each global layer's are 0.5 GiB).
     for (l, q) in pre_q.iter_mut().enumerate() {
-        if !args.dump_layers.contains(&l) {
+        if !dump_layers.contains(&l) {
             *q = Vec::new();
         }
     }
@@ -174,7 +182,7 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
     let skip = |id: u32| m.tokenizer.is_control(id);
     let mut produced = 0usize;
     // Per dumped layer: the decode steps' q, k, v rows.
-    let mut decoded: Vec<Rows> = vec![Default::default(); args.dump_layers.len()];
+    let mut decoded: Vec<Rows> = vec![Default::default(); dump_layers.len()];
     for _ in 0..args.new {
         let next = argmax(&logits, skip);
         agree += usize::from(next == argmax(&full_logits, skip));
@@ -185,7 +193,7 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
         write!(out, "{}", stream.push(next)?)?;
         out.flush()?;
         let mut cb = |c: LayerCapture<'_>| {
-            if let Some(i) = args.dump_layers.iter().position(|&l| l == c.layer) {
+            if let Some(i) = dump_layers.iter().position(|&l| l == c.layer) {
                 let d = &mut decoded[i];
                 d.0.extend_from_slice(c.q);
                 d.1.extend_from_slice(c.k);
@@ -202,13 +210,13 @@ pub fn run(args: DemoArgs, devices: &Devices) -> anyhow::Result<()> {
     write_dump(
         &m,
         (full.cache(), n, &pre_q),
-        &args.dump_layers,
+        &dump_layers,
         &decoded,
         (&dump_dir, text_name),
     )?;
     println!(
         "== dump: layers {:?}, {} prefill + {} decode rows → {} (`qkindex bench --dump`, `qkindex decode-bench --dump`, qkindex.load_dump)",
-        args.dump_layers,
+        dump_layers,
         ctx,
         decoded.first().map_or(0, |d| d.0.len() / (cfg.n_heads * cfg.head_dim)),
         dump_dir.display()
