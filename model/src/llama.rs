@@ -378,26 +378,27 @@ impl Llama {
     }
 
     /// Logits of normed hidden rows (row-major `rows × dim`), row-major `rows × vocab_size`; the
-    /// output head is the token embedding (tied weights).
+    /// output head is the file's own ([`Weights::head`]) or the token embedding (tied weights).
     pub fn logits(&self, hidden: &[f32], timings: &mut Timings) -> Result<Vec<f32>> {
-        match &self.device {
-            ModelDevice::Cpu => {
-                let mut cpu = CpuBackend::new(self.ropes.tables());
-                self.logits_on(&mut cpu, &self.w, hidden, timings)
-            }
-            ModelDevice::Cuda(cuda) => cuda.logits(self.device_model(), |call, w| {
-                self.logits_on(call, w, hidden, timings)
-            }),
-        }
+        self.logits_with(hidden, timings, false)
     }
 
     /// [`Llama::logits`] of the rows of a decode step of several sequences
     /// ([`Llama::forward_batch`]): each row's logits are the ones [`Llama::logits`] gives it
     /// alone (on the CPU, matvecs reading the head once for all rows).
     pub fn logits_batch(&self, hidden: &[f32], timings: &mut Timings) -> Result<Vec<f32>> {
+        self.logits_with(hidden, timings, true)
+    }
+
+    /// [`Llama::logits`] (`batch`: of a batch's decode step, [`Llama::logits_batch`]).
+    fn logits_with(&self, hidden: &[f32], timings: &mut Timings, batch: bool) -> Result<Vec<f32>> {
         match &self.device {
             ModelDevice::Cpu => {
-                let mut cpu = CpuBackend::for_batch_step(self.ropes.tables());
+                let tables = self.ropes.tables();
+                let mut cpu = match batch {
+                    true => CpuBackend::for_batch_step(tables),
+                    false => CpuBackend::new(tables),
+                };
                 self.logits_on(&mut cpu, &self.w, hidden, timings)
             }
             ModelDevice::Cuda(cuda) => cuda.logits(self.device_model(), |call, w| {
