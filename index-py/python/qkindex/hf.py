@@ -16,12 +16,14 @@ that module:
   one softmax. Keys leaving the window are inserted into the index, guided by the step's
   queries of their group.
 
-Models: Llama-family (SmolLM2, Llama 3) and Gemma 3 (its sliding-window layers keep sdpa with
-their mask: nothing to retrieve there), on any device (``cpu``, ``cuda``, ``cuda:N``): every
-tensor is made on the model's device, and only what the index needs crosses to host memory
-(``TRANSFERS`` counts each crossing). Batches of sequences of different lengths (left
-padding, as ``generate`` pads them) keep one index set per sequence; padded positions never
-enter an index.
+Models: Llama-family (SmolLM2, Llama 3), Qwen2 (Qwen2.5: its q/k/v biases are inside the
+projections, before RoPE, so the function sees them applied; GQA groups of any size; layers
+made sliding by ``use_sliding_window`` keep sdpa) and Gemma 3 (its sliding-window layers keep
+sdpa with their mask: nothing to retrieve there), on any device (``cpu``, ``cuda``,
+``cuda:N``): every tensor is made on the model's device, and only what the index needs
+crosses to host memory (``TRANSFERS`` counts each crossing). Batches of sequences of
+different lengths (left padding, as ``generate`` pads them) keep one index set per sequence;
+padded positions never enter an index.
 
 Where the keys and values live:
 
@@ -381,7 +383,7 @@ def attention_layers(model) -> List[torch.nn.Module]:
     found = [m for m in model.modules() if hasattr(m, "layer_idx") and hasattr(m, "q_proj")]
     if not found:
         raise ValueError(f"{type(model).__name__}: no attention modules with layer_idx and q_proj "
-                         "(Llama-family and Gemma 3 models are supported)")
+                         "(Llama-family, Qwen2 and Gemma 3 models are supported)")
     return sorted(found, key=lambda m: m.layer_idx)
 
 
