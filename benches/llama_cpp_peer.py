@@ -66,6 +66,7 @@ def ensure_venv(venv: Path) -> None:
 
 
 def llama_cpp_run(model: Path, text: str, ctx: int, cont: int, threads: int, batch: int) -> dict:
+    import llama_cpp_compat  # noqa: F401  (no AMX weight repacking: see the module)
     from llama_cpp import Llama, __version__
 
     llm = Llama(
