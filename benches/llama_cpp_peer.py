@@ -46,6 +46,7 @@ DEFAULT_TEXT = ROOT / "driver" / "assets" / "texts" / "licenses.txt"
 MODELS = {
     "smollm2-135m": ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf",
     "gemma3-270m": ROOT / "models" / "gemma-3-270m-q4_k_m.gguf",
+    "qwen2.5-1.5b": ROOT / "models" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
 }
 
 
