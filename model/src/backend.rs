@@ -77,7 +77,7 @@ pub trait Backend {
     ) -> Result<()>;
 
     /// Rotate-half RoPE in place with table `table` (one per distinct base, see
-    /// [`RopeTables`](super::llama::RopeTables)): `x` is `rows × (heads · head_dim)`, row `r` at
+    /// [`RopeTables`](super::rope::RopeTables)): `x` is `rows × (heads · head_dim)`, row `r` at
     /// position `pos0 + r`.
     fn rope(
         &mut self,

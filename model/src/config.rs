@@ -398,3 +398,57 @@ impl Config {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rope_scale_raises_the_base_ntk_style_and_the_context() {
+        let cfg = Config::smollm2_135m().with_rope_scale(4.0).expect("scale");
+        let want = 100_000.0 * 4f64.powf(64.0 / 62.0);
+        assert!((cfg.rope_theta - want).abs() < 1e-6 * want);
+        assert_eq!(cfg.context_length, 4 * 8192);
+        assert_eq!(
+            Config::smollm2_135m().with_rope_scale(1.0).expect("1"),
+            Config::smollm2_135m()
+        );
+        for bad in [0.5, f64::NAN, 1000.0] {
+            assert!(Config::smollm2_135m().with_rope_scale(bad).is_err());
+        }
+        // Gemma 3's local layers keep their base; the global ones scale.
+        let g = Config::gemma3_270m().with_rope_scale(2.0).expect("scale");
+        assert_eq!(g.layer(0).rope.base, crate::arch::GEMMA3_LOCAL_ROPE_BASE);
+        assert!(g.layer(5).rope.base > 1e6);
+    }
+
+    #[test]
+    fn rope_scaling_parses_prints_and_defaults_by_length() {
+        for s in ["none", "ntk:4", "linear:8", "linear:2.5"] {
+            let r: RopeScaling = s.parse().expect(s);
+            assert_eq!(r.to_string(), s);
+        }
+        for bad in [
+            "",
+            "ntk",
+            "linear:x",
+            "yarn:4",
+            "ntk:0.5",
+            "linear:100",
+            "ntk:NaN",
+        ] {
+            assert!(bad.parse::<RopeScaling>().is_err(), "{bad}");
+        }
+        let g = Config::gemma3_270m();
+        assert_eq!(g.default_rope_scaling(32_768), RopeScaling::None);
+        let long = LONG_CONTEXT_SCALING;
+        assert_eq!(g.default_rope_scaling(32_769), long(1.25));
+        assert_eq!(g.default_rope_scaling(65_536), long(2.0));
+        assert_eq!(g.default_rope_scaling(131_072), long(4.0));
+        assert_eq!(g.default_rope_scaling(131_073), long(4.25));
+        assert_eq!(g.default_rope_scaling(131_072 + 512), long(4.25));
+        // Measured from the trained context, whatever scaling is in effect.
+        let scaled = g.with_rope_scale(4.0).expect("scale");
+        assert_eq!(scaled.default_rope_scaling(32_768), RopeScaling::None);
+    }
+}

@@ -14,7 +14,8 @@
 //! | `config.rs` | [`Config`]: hyperparameters from the `<arch>.*` metadata; [`Heads`] |
 //! | `weights.rs` | [`Weights`]: the tensors of every layer (matrices in their GGUF blocks); undoing llama.cpp's q/k row permutation |
 //! | `block.rs` | [`Attention`], [`Mlp`], [`Block`]: `load` from GGUF, `forward` over a [`Backend`] |
-//! | `llama.rs` | [`Llama`]: the embedding, the layer loop, the final norm and the logits; RoPE tables |
+//! | `llama.rs` | [`Llama`]: the embedding, the layer loop, the final norm and the logits |
+//! | `rope.rs` | `RopeTables`: one RoPE table per distinct base among the layers |
 //! | `backend.rs` | the [`Backend`] trait of operations; [`Timings`] |
 //! | `device.rs` | [`ModelDevice`]: where a model's forward passes run (the CPU or a [`CudaBackend`]) |
 //! | `cpu.rs` | [`CpuBackend`]: the operations on the CPU (`ops.rs`), the reference |
@@ -65,6 +66,7 @@ pub mod ops;
 pub mod qdot;
 pub mod qtensor;
 pub mod quant;
+pub mod rope;
 pub mod simd;
 pub mod spm;
 pub mod tokenizer;

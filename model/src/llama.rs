@@ -22,53 +22,12 @@ use super::cuda::DeviceModel;
 use super::device::ModelDevice;
 use super::error::{ModelError, Result};
 use super::hooks::{CaptureFn, DecodeAttention};
-use super::ops::Rope;
+use super::rope::RopeTables;
 use super::weights::Weights;
 
 /// Rows of one forward call: longer prefills run in calls of this many tokens, which bounds the
 /// activations (`rows × ffn_dim` floats and the like) whatever the prompt's length.
 pub const PREFILL_CHUNK: usize = 2048;
-
-/// The RoPE tables of a model: one per distinct base among its layers.
-#[derive(Debug)]
-pub struct RopeTables {
-    tables: Vec<Rope>,
-    /// The table of each layer.
-    of_layer: Vec<usize>,
-}
-
-impl RopeTables {
-    /// Tables for the layers of `cfg` up to position `cfg.context_length`: one per distinct
-    /// (base, linear scale).
-    pub fn new(cfg: &Config) -> Self {
-        let mut bases: Vec<(f64, f64)> = Vec::new();
-        let of_layer = (0..cfg.n_layers)
-            .map(|layer| {
-                let rope = cfg.layer(layer).rope;
-                let base = (rope.base, rope.linear);
-                bases.iter().position(|&b| b == base).unwrap_or_else(|| {
-                    bases.push(base);
-                    bases.len() - 1
-                })
-            })
-            .collect();
-        let tables = bases
-            .iter()
-            .map(|&(base, linear)| Rope::scaled(cfg.head_dim, base, linear, cfg.context_length))
-            .collect();
-        RopeTables { tables, of_layer }
-    }
-
-    /// The tables, in order of first use by a layer.
-    pub fn tables(&self) -> &[Rope] {
-        &self.tables
-    }
-
-    /// Index in [`RopeTables::tables`] of `layer`'s table.
-    pub fn of_layer(&self, layer: usize) -> usize {
-        self.of_layer[layer]
-    }
-}
 
 /// A loaded model: configuration, weights and RoPE tables, and the device that runs its
 /// forward passes ([`ModelDevice`]; the CPU unless set otherwise).
@@ -449,22 +408,8 @@ pub fn argmax(logits: &[f32], skip: impl Fn(u32) -> bool) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::Rope;
     use crate::LayerCapture;
-
-    #[test]
-    fn layers_with_one_rope_base_share_one_table() {
-        let cfg = Config {
-            n_layers: 3,
-            context_length: 16,
-            ..Config::smollm2_135m()
-        };
-        let r = RopeTables::new(&cfg);
-        assert_eq!(r.tables().len(), 1);
-        assert_eq!((0..3).map(|l| r.of_layer(l)).collect::<Vec<_>>(), [0, 0, 0]);
-        assert_eq!(r.tables()[0].max_pos(), 16);
-        let want = Rope::new(cfg.head_dim, cfg.rope_theta, 16);
-        assert_eq!(r.tables()[0].tables(), want.tables());
-    }
 
     /// A Gemma-3-shaped model small enough for a unit test: six layers (the last global), a
     /// window of 8 keys, head dim ≠ dim / heads.
@@ -660,28 +605,6 @@ mod tests {
     }
 
     #[test]
-    fn rope_scale_raises_the_base_ntk_style_and_the_context() {
-        let cfg = Config::smollm2_135m().with_rope_scale(4.0).expect("scale");
-        let want = 100_000.0 * 4f64.powf(64.0 / 62.0);
-        assert!((cfg.rope_theta - want).abs() < 1e-6 * want);
-        assert_eq!(cfg.context_length, 4 * 8192);
-        assert_eq!(
-            Config::smollm2_135m().with_rope_scale(1.0).expect("1"),
-            Config::smollm2_135m()
-        );
-        for bad in [0.5, f64::NAN, 1000.0] {
-            assert!(Config::smollm2_135m().with_rope_scale(bad).is_err());
-        }
-        // Gemma 3's local layers keep their base; the global ones scale.
-        let g = Config::gemma3_270m().with_rope_scale(2.0).expect("scale");
-        assert_eq!(
-            g.layer(0).rope.base,
-            super::super::arch::GEMMA3_LOCAL_ROPE_BASE
-        );
-        assert!(g.layer(5).rope.base > 1e6);
-    }
-
-    #[test]
     fn linear_scaling_divides_the_global_layers_positions_only() {
         let g = Config::gemma3_270m()
             .with_rope_scaling(RopeScaling::Linear(4.0))
@@ -717,35 +640,5 @@ mod tests {
             .expect("linear");
         assert_eq!(m.ropes().tables().len(), 2);
         assert_eq!(m.cfg.context_length, 128);
-    }
-
-    #[test]
-    fn rope_scaling_parses_prints_and_defaults_by_length() {
-        for s in ["none", "ntk:4", "linear:8", "linear:2.5"] {
-            let r: RopeScaling = s.parse().expect(s);
-            assert_eq!(r.to_string(), s);
-        }
-        for bad in [
-            "",
-            "ntk",
-            "linear:x",
-            "yarn:4",
-            "ntk:0.5",
-            "linear:100",
-            "ntk:NaN",
-        ] {
-            assert!(bad.parse::<RopeScaling>().is_err(), "{bad}");
-        }
-        let g = Config::gemma3_270m();
-        assert_eq!(g.default_rope_scaling(32_768), RopeScaling::None);
-        let long = super::super::config::LONG_CONTEXT_SCALING;
-        assert_eq!(g.default_rope_scaling(32_769), long(1.25));
-        assert_eq!(g.default_rope_scaling(65_536), long(2.0));
-        assert_eq!(g.default_rope_scaling(131_072), long(4.0));
-        assert_eq!(g.default_rope_scaling(131_073), long(4.25));
-        assert_eq!(g.default_rope_scaling(131_072 + 512), long(4.25));
-        // Measured from the trained context, whatever scaling is in effect.
-        let scaled = g.with_rope_scale(4.0).expect("scale");
-        assert_eq!(scaled.default_rope_scaling(32_768), RopeScaling::None);
     }
 }
