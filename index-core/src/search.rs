@@ -50,6 +50,12 @@ pub struct SearchParams {
     /// with a list of `beam` items, the result still being the best `k` keys it scored: the
     /// settings below `ef = k` on a recall curve.
     pub beam: Option<usize>,
+    /// Graph searches stop once their best `k` have not changed for this many expansions in a
+    /// row, counted once the list holds `k` keys (`≥ 1`; `None`: no early stop, the search ends
+    /// when the list of `ef` is expanded, which stays the cap). A query whose top-k settles
+    /// early stops early, one that keeps finding better keys runs on: the cost follows the
+    /// query instead of the worst query's `ef` (measured: docs/bench/stop-rules/).
+    pub patience: Option<usize>,
     /// The query head the query comes from, as its index among the query heads whose queries
     /// the index was built from (a GQA group's, in their pooled order). An index that measured
     /// an `ef` per query head (`auto-ef`) searches at that head's when `ef` is `None`; others

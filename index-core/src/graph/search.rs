@@ -27,6 +27,9 @@ pub struct BeamSettings {
     pub ef: usize,
     pub k: usize,
     pub width: Option<usize>,
+    /// Stop once the best `k` have not changed for this many expansions in a row (`None`: run
+    /// until the list is expanded; [`SearchParams::patience`]).
+    pub patience: Option<usize>,
 }
 
 impl BeamSettings {
@@ -46,16 +49,25 @@ impl BeamSettings {
         if params.beam == Some(0) {
             return Err(Error::invalid_param("beam", 0, "must be at least 1"));
         }
+        if params.patience == Some(0) {
+            return Err(Error::invalid_param("patience", 0, "must be at least 1"));
+        }
         Ok(BeamSettings {
             ef,
             k,
             width: params.beam,
+            patience: params.patience,
         })
     }
 
-    /// An exhaustive-width search for `k` keys with a list of `ef`.
+    /// An exhaustive-width search for `k` keys with a list of `ef`, without early stop.
     pub fn new(ef: usize, k: usize) -> Self {
-        BeamSettings { ef, k, width: None }
+        BeamSettings {
+            ef,
+            k,
+            width: None,
+            patience: None,
+        }
     }
 }
 
@@ -229,7 +241,13 @@ fn beam_search_impl<W: Walk + ?Sized>(
     let Job {
         walk,
         entries,
-        settings: BeamSettings { ef, k, width },
+        settings:
+            BeamSettings {
+                ef,
+                k,
+                width,
+                patience,
+            },
     } = *job;
     out.clear();
     let n = walk.node_count();
@@ -260,6 +278,10 @@ fn beam_search_impl<W: Walk + ?Sized>(
         beam.insert(score, id);
     }
 
+    // Early stop: expansions since the best `k` last changed, against the patience.
+    let patience = patience.unwrap_or(usize::MAX);
+    let mut mark = beam.best_k_mark(k);
+    let mut idle = 0usize;
     while let Some(c) = beam.next_unexpanded() {
         stats.hops += 1;
         // The node expanded next is usually the best unexpanded one now (unless this expansion
@@ -268,7 +290,140 @@ fn beam_search_impl<W: Walk + ?Sized>(
             walk.prefetch(next);
         }
         stats.distance_computations += walk.expand(c.id, visited, beam, ids, scores);
+        let now = beam.best_k_mark(k);
+        // Idle only with the best `k` all held: a list short of `k` stops at the graph's end.
+        if now != mark || now.0 < k {
+            mark = now;
+            idle = 0;
+        } else {
+            idle += 1;
+            if idle >= patience {
+                break;
+            }
+        }
     }
     beam.copy_best(k, &mut out.ids, &mut out.scores);
     out.stats = stats;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::KeyStore;
+
+    /// A path graph 0 → 1 → … → n−1 whose scores rise along it, then a long flat tail: the
+    /// best `k` keep changing while the walk climbs, then stop changing.
+    fn path(n: usize, peak: usize) -> (Vec<Vec<u32>>, KeyStore) {
+        let adj: Vec<Vec<u32>> = (0..n)
+            .map(|i| {
+                if i + 1 < n {
+                    vec![i as u32 + 1]
+                } else {
+                    vec![]
+                }
+            })
+            .collect();
+        let rows: Vec<f32> = (0..n)
+            .flat_map(|i| {
+                let x = if i <= peak { i as f32 } else { -(i as f32) };
+                [x, 1.0]
+            })
+            .collect();
+        (adj, KeyStore::from_f32(rows, 2).expect("keys"))
+    }
+
+    fn run(adj: &[Vec<u32>], keys: &KeyStore, settings: &BeamSettings) -> SearchOutput {
+        let mut scratch = Scratch::new(adj.len());
+        let mut out = SearchOutput::default();
+        let scorer = keys.scorer();
+        beam_search(
+            adj,
+            &scorer,
+            &[1.0, 0.0],
+            &[&[0]],
+            settings,
+            &mut scratch,
+            &mut out,
+        );
+        out
+    }
+
+    #[test]
+    fn patience_stops_once_the_best_k_settle_and_never_before() {
+        let (adj, keys) = path(200, 50);
+        let all = run(&adj, &keys, &BeamSettings::new(200, 5));
+        assert_eq!(
+            all.stats.hops, 200,
+            "without patience the whole path is walked"
+        );
+        // While the walk climbs each expansion changes the best 5, so any patience reaches the
+        // peak (node 50, whose expansion is the first idle one); `p` idle expansions end the walk.
+        for p in [1, 3, 10] {
+            let settings = BeamSettings {
+                patience: Some(p),
+                ..BeamSettings::new(200, 5)
+            };
+            let early = run(&adj, &keys, &settings);
+            assert_eq!(early.ids, all.ids, "patience {p}");
+            assert_eq!(early.stats.hops, 50 + p as u64, "patience {p}");
+        }
+        // A patience longer than the walk changes nothing.
+        let long = BeamSettings {
+            patience: Some(1000),
+            ..BeamSettings::new(200, 5)
+        };
+        assert_eq!(run(&adj, &keys, &long), all);
+    }
+
+    /// Expansions that find nothing new do not count while the list holds fewer than `k`: a
+    /// search asked for more keys than it has found keeps walking (here node 0 links to 1–10,
+    /// nodes 1–9 lead back to 0 only, node 10, expanded last, to 11–20).
+    #[test]
+    fn patience_waits_for_a_full_list() {
+        let mut adj: Vec<Vec<u32>> = vec![(1..=10).collect()];
+        adj.extend((1..10).map(|_| vec![0]));
+        adj.push((11..=20).collect());
+        adj.extend((11..=20).map(|_| vec![]));
+        let x = |i: usize| match i {
+            0 => 100.0,
+            1..=9 => 51.0 - i as f32,
+            10 => 0.0,
+            _ => -(i as f32),
+        };
+        let rows: Vec<f32> = (0..21).flat_map(|i| [x(i), 1.0]).collect();
+        let keys = KeyStore::from_f32(rows, 2).expect("keys");
+        let settings = BeamSettings {
+            patience: Some(1),
+            ..BeamSettings::new(21, 21)
+        };
+        let out = run(&adj, &keys, &settings);
+        assert_eq!(out.ids.len(), 21, "{:?}", out.ids);
+        // With k = 5 the best five are settled after node 0's expansion: one idle expansion
+        // (node 1's) ends it.
+        let five = BeamSettings {
+            patience: Some(1),
+            ..BeamSettings::new(21, 5)
+        };
+        let out = run(&adj, &keys, &five);
+        assert_eq!(out.ids, [0, 1, 2, 3, 4]);
+        assert_eq!(out.stats.hops, 2);
+    }
+
+    #[test]
+    fn a_patience_of_zero_is_refused() {
+        let params = SearchParams {
+            patience: Some(0),
+            ..Default::default()
+        };
+        match BeamSettings::for_search(&params, 10, 64) {
+            Err(Error::InvalidParam { name, .. }) => assert_eq!(name, "patience"),
+            other => panic!("expected InvalidParam, got {other:?}"),
+        }
+        let params = SearchParams {
+            patience: Some(7),
+            ..Default::default()
+        };
+        let s = BeamSettings::for_search(&params, 10, 64).expect("settings");
+        assert_eq!((s.ef, s.k, s.patience), (64, 10, Some(7)));
+    }
 }

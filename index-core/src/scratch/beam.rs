@@ -81,6 +81,15 @@ impl BeamList {
         }
     }
 
+    /// How many of the best `k` are held, and the one ranked last of them without its expanded
+    /// bit (0 when none): it changes exactly when an insert lands among the best `k`.
+    #[inline(always)]
+    pub fn best_k_mark(&self, k: usize) -> (usize, u64) {
+        let held = self.items.len().min(k);
+        let last = held.checked_sub(1).map_or(0, |i| self.items[i] & !1);
+        (held, last)
+    }
+
     /// The best unexpanded item, marked expanded; `None` when every item is expanded.
     #[inline(always)]
     pub fn next_unexpanded(&mut self) -> Option<Scored> {
