@@ -3,6 +3,7 @@
 
 use proptest::prelude::*;
 use qkindex::attention::{off_at_zero, Codes, EntryRule, Projection, Prune, TrainKnn, TrainOn};
+use qkindex::io::AnyIndex;
 use qkindex::ivf::Assignment;
 use qkindex::synth::ood;
 use qkindex::{
@@ -561,4 +562,135 @@ fn decode_default_is_its_string() {
     let spec = IndexSpec::decode_default();
     assert_eq!(spec.to_string(), qkindex::spec::DECODE_DEFAULT);
     assert_eq!(parse(qkindex::spec::DECODE_DEFAULT), spec);
+}
+
+/// The decode default chooses its kNN by the number of keys: with its threshold lowered to fit
+/// a small test, a build over more keys than it keeps the pooled kNN (no causal lists) in the
+/// index's parameters, and one over fewer keeps the causal exact kNN; both search.
+#[test]
+fn the_decode_default_chooses_its_knn_by_length() {
+    let dim = 16;
+    let n = 600;
+    let data = ood(n, n, dim, 5);
+    let keys = Arc::new(KeyStore::from_f32(data.keys.clone(), dim).expect("keys"));
+    let visible: Vec<u32> = (1..=n as u32).collect();
+    let IndexSpec::Attention(default) = IndexSpec::decode_default() else {
+        panic!("the decode default is an attention index");
+    };
+    assert_eq!(default.pool_above, 32768);
+    for (threshold, pooled) in [(n - 1, true), (n, false)] {
+        // The scan check off: this test reads the graph's parameters (the check's own test
+        // is `the_scan_check_keeps_what_it_measured_faster`).
+        let spec = IndexSpec::Attention(AttentionParams {
+            pool_above: threshold,
+            scan_check: false,
+            ..default.clone()
+        });
+        let built = spec
+            .build_visible(
+                keys.clone(),
+                &data.train_queries,
+                Some(&visible),
+                &CpuKnn,
+                &qkindex::Cancel::new(),
+            )
+            .expect("build");
+        let index = built.index.as_attention().expect("attention");
+        let p = index.params();
+        assert_eq!(p.pool_above, threshold);
+        if pooled {
+            assert_eq!(
+                p.knn,
+                TrainKnn::Pool {
+                    size: qkindex::attention::LONG_POOL
+                }
+            );
+            assert!(!p.causal && p.global_full.is_none() && p.far_check.is_none());
+        } else {
+            assert_eq!(p.knn, TrainKnn::Exact);
+            assert!(p.causal && p.global_full.is_some() && p.far_check.is_some());
+        }
+        assert!(index.build_stats().auto_ef.is_some(), "auto-ef ran");
+        let q = &data.test_queries[..dim];
+        let out = built
+            .index
+            .search(q, 10, &Default::default(), &mut built.index.new_scratch())
+            .expect("search");
+        assert_eq!(out.ids.len(), 10);
+        // The built index's spec names the kNN it used.
+        let text = IndexSpec::Attention(p.clone()).to_string();
+        assert_eq!(text.contains("knn-pool=8000"), pooled, "{text}");
+        let IndexSpec::Attention(back) = parse(&text) else {
+            panic!("{text}");
+        };
+        assert_eq!(
+            (back.knn, back.causal, back.pool_above),
+            (p.knn, p.causal, threshold)
+        );
+    }
+}
+
+/// `scan-check`: the build times its calibrated graph against the int8 scan of the same keys
+/// on the held-out queries and returns the one it measured faster at the recall target; the
+/// figures say which, and a replaced graph's build figures come back beside the scan. Without
+/// `auto-ef` (no recall target, no `ef` to time the graph at) the key is refused.
+#[test]
+fn the_scan_check_keeps_what_it_measured_faster() {
+    let dim = 16;
+    let n = 400;
+    let data = ood(n, n, dim, 9);
+    let keys = Arc::new(KeyStore::from_f32(data.keys.clone(), dim).expect("keys"));
+    let visible: Vec<u32> = (1..=n as u32).collect();
+    let spec = parse("attention:causal=true,auto-ef=0.95,scan-check=true");
+    let IndexSpec::Attention(p) = &spec else {
+        panic!("attention");
+    };
+    assert!(p.scan_check);
+    let built = spec
+        .build_visible(
+            keys.clone(),
+            &data.train_queries,
+            Some(&visible),
+            &CpuKnn,
+            &qkindex::Cancel::new(),
+        )
+        .expect("build");
+    let (check, kept_scan) = match (&built.index, &built.replaced_graph) {
+        (AnyIndex::Flat(f), Some(graph)) => {
+            assert_eq!(f.len(), n, "the scan holds the graph's keys");
+            assert_eq!(f.params().codes, Codes::I8);
+            (graph.scan_check.clone().expect("checked"), true)
+        }
+        (AnyIndex::Attention(a), None) => {
+            (a.build_stats().scan_check.clone().expect("checked"), false)
+        }
+        (index, replaced) => panic!(
+            "kind {:?} with a replaced graph: {}",
+            index.kind(),
+            replaced.is_some()
+        ),
+    };
+    assert!(check.queries > 0, "{check}");
+    assert!(check.graph_us > 0.0 && check.scan_us > 0.0, "{check}");
+    for r in [check.graph_recall, check.scan_recall] {
+        assert!((0.0..=1.0).contains(&r), "{check}");
+    }
+    assert_eq!(
+        check.scan_wins,
+        check.scan_us < check.graph_us && check.scan_recall >= 0.95,
+        "{check}"
+    );
+    assert_eq!(kept_scan, check.scan_wins, "{check}");
+    // Whichever was kept answers a search.
+    let q = &data.test_queries[..dim];
+    let out = built
+        .index
+        .search(q, 10, &Default::default(), &mut built.index.new_scratch())
+        .expect("search");
+    assert_eq!(out.ids.len(), 10);
+    // The spec text round-trips the key; without auto-ef it is refused.
+    assert!(spec.to_string().contains("scan-check=true"), "{spec}");
+    let (name, _, why) = parse_err("attention:scan-check=true");
+    assert_eq!(name, "scan-check");
+    assert!(why.contains("auto"), "{why}");
 }

@@ -96,6 +96,8 @@ pub(super) fn build(
     cancel: &Cancel,
 ) -> Result<AttentionIndex> {
     let start = Instant::now();
+    // The kNN chosen by length (`pool_above`): the index keeps the parameters it was built with.
+    let params = &*params.for_keys(keys.len());
     let mut index = match (params.prune_check, params.train_on) {
         (Some(other), TrainOn::Queries) => {
             let lists = train_lists(&keys, train_queries, visible, params, knn, cancel)?;
@@ -300,6 +302,7 @@ pub(super) fn graph_from_lists(
         far_check: None,
         auto_ef: None,
         pooled_knn: train.pooled_knn.clone(),
+        scan_check: None,
         edges: graph.edges(),
         knn_backend: knn.name(),
     };

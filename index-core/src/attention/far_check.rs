@@ -34,7 +34,7 @@ pub(super) const CHECK_RECENT: usize = 512;
 /// Check queries per query head, at most.
 pub(super) const CHECK_PER_HEAD: usize = 64;
 /// Keys each check query asks for.
-pub(super) const CHECK_K: usize = 100;
+pub const CHECK_K: usize = 100;
 
 /// The query heads of a pooled group's rows: maximal runs of rows whose visible counts do not
 /// fall (as [`check_rows`] splits them, before it drops the heads without check rows).

@@ -15,7 +15,7 @@
 //! | `auto_ef.rs` | the `ef` a build measures its held-out recent queries need ([`AutoEf`]) |
 //! | `file.rs` | the index's file sections |
 //! | `insert.rs` | query-aware insertion of keys that arrive after the build (decode) |
-//! | `stats.rs` | the figures of a build and of its checks ([`BuildStats`], [`FarCheck`], [`PruneCheck`], [`AutoEf`]) |
+//! | `stats.rs` | the figures of a build and of its checks ([`BuildStats`], [`FarCheck`], [`PruneCheck`], [`AutoEf`], [`ScanCheck`]) |
 //! | `mod.rs` | the index type and its search |
 //!
 //! Floors (`scripts/check-floors.py` fails on a file-level cycle): `stats.rs`, `params.rs` and
@@ -48,9 +48,12 @@ mod train_lists;
 
 pub use crate::codes::Codes;
 pub use crate::graph::Prune;
-pub use params::{off_at_zero, AttentionParams, EntryRule, Projection, TrainKnn, TrainOn};
+pub use far_check::CHECK_K;
+pub use params::{
+    off_at_zero, AttentionParams, EntryRule, Projection, TrainKnn, TrainOn, LONG_POOL,
+};
 pub use pool_knn::PooledKnn;
-pub use stats::{AutoEf, BuildStats, FarCheck, PruneCheck};
+pub use stats::{AutoEf, BuildStats, FarCheck, PruneCheck, ScanCheck};
 
 use crate::codes::KeyCodes;
 use crate::error::{Error, Result};
@@ -194,6 +197,27 @@ impl AttentionIndex {
     /// What the build did and how long each phase took.
     pub fn build_stats(&self) -> &BuildStats {
         &self.stats
+    }
+
+    /// The held-out recent rows of `rows` training queries that the build's checks measure
+    /// on, per query head of the group (`visible`: each row's visible key count, as given to
+    /// the build; `None`: every row sees every key).
+    pub fn check_rows(&self, rows: usize, visible: Option<&[u32]>) -> Vec<Vec<usize>> {
+        let n = self.len();
+        let all;
+        let visible = match visible {
+            Some(v) if v.len() == rows => v,
+            _ => {
+                all = vec![n as u32; rows];
+                &all
+            }
+        };
+        far_check::check_rows(visible, self.params.queries_per_key, n)
+    }
+
+    /// Records the structure check the spec's build ran on this graph.
+    pub(crate) fn record_scan_check(&mut self, check: ScanCheck) {
+        self.stats.scan_check = Some(check);
     }
 }
 

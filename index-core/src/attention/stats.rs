@@ -32,6 +32,9 @@ pub struct BuildStats {
     pub auto_ef: Option<AutoEf>,
     /// The pooled kNN's figures when it ran ([`AttentionParams::knn_pool`]; in `knn_s`).
     pub pooled_knn: Option<PooledKnn>,
+    /// The structure check's figures when it ran ([`AttentionParams::scan_check`]; in
+    /// `total_s`): with `scan_wins`, [`crate::IndexSpec::build`] returns the int8 scan instead.
+    pub scan_check: Option<ScanCheck>,
     pub edges: usize,
     /// Name of the kNN backend used.
     pub knn_backend: String,
@@ -169,5 +172,40 @@ impl std::fmt::Display for AutoEf {
             write!(f, "; per query head {}", efs.join("/"))?;
         }
         Ok(())
+    }
+}
+
+/// What the structure check measured: the graph and the int8 scan timed on the same held-out
+/// queries, and which one the build keeps.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct ScanCheck {
+    /// Check queries.
+    pub queries: usize,
+    /// Median microseconds per query of the graph (each head at its `ef`) and of the scan.
+    pub graph_us: f64,
+    pub scan_us: f64,
+    /// Their recall@100 against the exact top-100 of every key.
+    pub graph_recall: f64,
+    pub scan_recall: f64,
+    /// True when the scan is faster and reaches the calibration's recall target.
+    pub scan_wins: bool,
+    /// Seconds of the check.
+    pub seconds: f64,
+}
+
+impl std::fmt::Display for ScanCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "scan check ({} queries, {:.1} s): graph {:.1} µs/query at recall {:.4}, \
+             int8 scan {:.1} µs/query at recall {:.4}; kept the {}",
+            self.queries,
+            self.seconds,
+            self.graph_us,
+            self.graph_recall,
+            self.scan_us,
+            self.scan_recall,
+            if self.scan_wins { "scan" } else { "graph" }
+        )
     }
 }

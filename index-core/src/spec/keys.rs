@@ -49,6 +49,8 @@ const ATTENTION: &[Key] = &[
     key("knn-probe", "knn_probe"),
     key("knn-graph", "knn_graph"),
     key("knn-pool", "knn_pool"),
+    key("pool-above", "pool_above"),
+    key("scan-check", "scan_check"),
     key("codes", "codes"),
     key("rerank", "rerank"),
 ];
@@ -239,6 +241,8 @@ fn get(spec: &IndexSpec, name: &str) -> Option<String> {
                 Some(f) if f.replace('_', "-") == name => p.knn.size().to_string(),
                 _ => "0".into(),
             },
+            "pool-above" => p.pool_above.to_string(),
+            "scan-check" => p.scan_check.to_string(),
             "codes" => p.codes.name().into(),
             "rerank" => p.rerank.to_string(),
             _ => return None,
@@ -366,6 +370,8 @@ fn set_attention(p: &mut AttentionParams, name: &'static str, value: &str) -> Re
             }
         }
         "prune-cands" => p.prune_candidates = number(name, value)?,
+        "pool-above" => p.pool_above = number(name, value)?,
+        "scan-check" => p.scan_check = boolean(name, value)?,
         "knn-probe" | "knn-graph" | "knn-pool" => {
             let field = name.replace('-', "_");
             let size: usize = number(name, value)?;

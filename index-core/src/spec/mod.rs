@@ -6,6 +6,7 @@
 //! |---|---|
 //! | `mod.rs` | [`IndexSpec`], its presets, [`IndexSpec::build`] |
 //! | `keys.rs` | the `key=value` parameters of each kind: parsing, printing, their errors |
+//! | `scan_check.rs` | the decode default's structure check: the calibrated graph or an int8 scan, timed on its held-out queries |
 //!
 //! ```text
 //!  "hnsw-ip:m=32" ──FromStr──► IndexSpec::Hnsw(HnswParams { m: 32, l2_reduction: false, .. })
@@ -34,6 +35,7 @@
 
 pub mod any;
 mod keys;
+pub mod scan_check;
 
 pub use any::AnyIndex;
 
@@ -137,9 +139,14 @@ const PRESETS: &[Preset] = &[
 /// per key, a query whose list lies mostly far back taking its full list (`global-full=0.1`),
 /// a group where 4 % of the lists do so built both ways and the graph its held-out recent
 /// queries need fewer keys in kept (`far-check=0.04`), searched at the `ef` those queries need
-/// for recall@100 0.95 on every head (`auto-ef=0.95`).
-pub const DECODE_DEFAULT: &str =
-    "attention:causal=true,queries-per-key=1.25,global-full=0.1,far-check=0.04,auto-ef=0.95";
+/// for recall@100 0.95 on every head (`auto-ef=0.95`). Past 32,768 keys the causal exact kNN
+/// gives way to the pooled one (`pool-above=32768`, [`AttentionParams::pool_above`]): the exact
+/// kNN's cost grows with the square of the context and the prefill's about linearly (the rule
+/// and its measurements: docs/DECODING.md, "One default, chosen by length"). Each build then
+/// times its graph against an int8 scan of the same keys on the held-out queries and keeps the
+/// faster (`scan-check=true`, [`AttentionParams::scan_check`]).
+pub const DECODE_DEFAULT: &str = "attention:causal=true,queries-per-key=1.25,global-full=0.1,\
+                                  far-check=0.04,auto-ef=0.95,pool-above=32768,scan-check=true";
 
 /// A freshly built index and the wall time of its build phases.
 #[derive(Clone, Debug)]
@@ -149,6 +156,11 @@ pub struct BuiltIndex {
     /// knn, projection, connectivity; hnsw: prepare, insert, finalize; ivf: kmeans, assign;
     /// vamana: pass1, pass2, knn, stitch, connectivity; flat: none).
     pub phases: Vec<(&'static str, f64)>,
+    /// The build figures of the graph an attention spec with `scan-check` built and then
+    /// replaced by the int8 scan it measured faster (`flat:codes=i8` over the same keys, the
+    /// `index`; [`crate::attention::BuildStats::scan_check`] says what was measured). `None`
+    /// when `index` is what the spec names (a kept graph holds its own figures).
+    pub replaced_graph: Option<crate::attention::BuildStats>,
 }
 
 impl IndexSpec {
@@ -160,6 +172,8 @@ impl IndexSpec {
             global_full: Some(0.1),
             far_check: Some(0.04),
             auto_ef: Some(0.95),
+            pool_above: 32768,
+            scan_check: true,
             ..AttentionParams::default()
         })
     }
@@ -260,11 +274,37 @@ impl IndexSpec {
         cancel: &Cancel,
     ) -> Result<BuiltIndex> {
         let index: AnyIndex = match self {
-            IndexSpec::Attention(p) => match visible {
-                Some(v) => AttentionIndex::build_visible(keys, train_queries, v, p, knn, cancel)?,
-                None => AttentionIndex::build_with(keys, train_queries, p, knn, cancel)?,
+            IndexSpec::Attention(p) => {
+                let mut graph = match visible {
+                    Some(v) => {
+                        AttentionIndex::build_visible(keys, train_queries, v, p, knn, cancel)?
+                    }
+                    None => AttentionIndex::build_with(keys, train_queries, p, knn, cancel)?,
+                };
+                // The structure check: the calibrated graph against the int8 scan of its
+                // keys, on the held-out queries of the calibration (`scan_check.rs`).
+                let target = graph.build_stats().auto_ef.as_ref().and(p.auto_ef);
+                if let (true, Some(target)) = (p.scan_check, target) {
+                    let check =
+                        scan_check::measure(&graph, train_queries, visible, target, cancel)?;
+                    let scan_wins = check.scan_wins;
+                    graph.record_scan_check(check);
+                    if scan_wins {
+                        // The phases are the graph's, whose build chose the scan.
+                        let stats = graph.build_stats().clone();
+                        let scan = FlatIndex::with_params(
+                            graph.keys().clone(),
+                            &scan_check::scan_params(),
+                        )?;
+                        return Ok(BuiltIndex {
+                            phases: phases(&graph.into()),
+                            index: scan.into(),
+                            replaced_graph: Some(stats),
+                        });
+                    }
+                }
+                graph.into()
             }
-            .into(),
             IndexSpec::Flat(p) => {
                 cancel.check("FlatIndex build")?;
                 FlatIndex::with_params(keys, p)?.into()
@@ -277,7 +317,11 @@ impl IndexSpec {
             }
         };
         let phases = phases(&index);
-        Ok(BuiltIndex { index, phases })
+        Ok(BuiltIndex {
+            index,
+            phases,
+            replaced_graph: None,
+        })
     }
 
     /// The canonical preset (an index into [`PRESETS`]) and the keys that differ from it
