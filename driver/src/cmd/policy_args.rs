@@ -2,7 +2,7 @@
 
 use clap::Args;
 use qkindex::{Dtype, IndexSpec, ReTopKParams};
-use qkindex_driver::retrieval::{PolicyConfig, PolicyKind};
+use qkindex_driver::retrieval::{PolicyConfig, PolicyKind, DEFAULT_PATIENCE, DEFAULT_STEP_SEEDS};
 
 #[derive(Debug, Args)]
 pub struct PolicyArgs {
@@ -80,9 +80,14 @@ pub struct PolicyArgs {
     #[arg(long, default_value_t = 0)]
     pub tail_samples: usize,
     /// Graph searches also start from this many keys the query head retrieved at the previous
-    /// step (0: only the index's entry points).
-    #[arg(long, default_value_t = 0)]
+    /// step (0: only the index's entry points; the default and its measurements:
+    /// docs/DECODING.md §10).
+    #[arg(long, default_value_t = DEFAULT_STEP_SEEDS)]
     pub step_seeds: usize,
+    /// Graph searches stop once their best k have not changed for this many expansions in a
+    /// row, the list of `ef` being the cap (0: no early stop; docs/DECODING.md §10).
+    #[arg(long, default_value_t = DEFAULT_PATIENCE)]
+    pub patience: usize,
     /// Skip the per-step scoring of every key (no mass and recall figures).
     #[arg(long)]
     pub no_measure: bool,
@@ -129,6 +134,7 @@ impl PolicyArgs {
             store: self.store,
             tail_samples: self.tail_samples,
             step_seeds: self.step_seeds,
+            patience: self.patience,
         }
     }
 }
@@ -144,12 +150,23 @@ mod tests {
         policy: PolicyArgs,
     }
 
-    /// The CLI's `--index` default, `PolicyConfig::new` and `qkindex.hf` build one preset.
+    /// The CLI's `--index` default, `PolicyConfig::new` and `qkindex.hf` build one preset, and
+    /// the CLI's search defaults (seeds, patience) are `PolicyConfig::new`'s.
     #[test]
     fn the_index_default_is_the_decode_default() {
         let cli = Cli::try_parse_from(["qkindex"]).expect("defaults parse");
         assert_eq!(cli.policy.index, IndexSpec::decode_default());
         let cfg = cli.policy.config(PolicyKind::IndexTopk);
-        assert_eq!(cfg.index, PolicyConfig::new(PolicyKind::IndexTopk).index);
+        let new = PolicyConfig::new(PolicyKind::IndexTopk);
+        assert_eq!(cfg.index, new.index);
+        assert_eq!(
+            (cfg.step_seeds, cfg.patience),
+            (new.step_seeds, new.patience)
+        );
+        assert_eq!(cfg.search_params().patience, Some(32));
+        let off = Cli::try_parse_from(["qkindex", "--patience", "0", "--step-seeds", "0"])
+            .expect("parse");
+        let off = off.policy.config(PolicyKind::IndexTopk);
+        assert_eq!((off.step_seeds, off.search_params().patience), (0, None));
     }
 }

@@ -54,7 +54,7 @@ pub mod tail;
 
 pub use build::cache_keys;
 pub use ids::{Pos, RestId, Split};
-pub use policy::{PolicyConfig, PolicyKind};
+pub use policy::{PolicyConfig, PolicyKind, DEFAULT_PATIENCE, DEFAULT_STEP_SEEDS};
 pub use probes::{SeededProbe, SelectEvent, StepObserver, WIDER_EF};
 pub use rest::RestIndex;
 pub use selector::{build_tally, BuildTally, HeadPrefill, Selection, Selector};

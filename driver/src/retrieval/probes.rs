@@ -176,11 +176,20 @@ mod tests {
         let width = SHAPE.n_heads * hd;
         let prefill_q: Vec<Vec<f32>> = (0..SHAPE.n_layers).map(|_| values(n0 * width)).collect();
         let decode_q = values(steps * SHAPE.n_layers * width);
+        // The decode default without its scan check: on 300 keys the int8 scan would win, and
+        // the probe reports on graph searches.
+        let qkindex::IndexSpec::Attention(graph) = qkindex::IndexSpec::decode_default() else {
+            unreachable!("the decode default is an attention index")
+        };
         let cfg = PolicyConfig {
             sink: 16,
             window: 64,
             k: 24,
             retopk_index: true,
+            index: qkindex::IndexSpec::Attention(qkindex::AttentionParams {
+                scan_check: false,
+                ..graph
+            }),
             ..PolicyConfig::new(PolicyKind::Retopk)
         };
         let keys_of = |_: usize, g: usize| k[g * cap * hd..(g * cap + n0) * hd].to_vec();

@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use qkindex::attention::BuildStats;
 use qkindex::io::AnyIndex;
 use qkindex::{
     AnnIndex, AttentionIndex, Cancel, Dtype, FlatIndex, IndexSpec, KeyStore, KnnBackend, Scratch,
@@ -37,7 +38,9 @@ impl RestIndex {
     /// Builds the index `spec` names over `keys` (`n × dim` row-major, stored as `dtype`), with
     /// `train_queries` for the kinds that learn from queries and `knn` for their exact top-k.
     /// `visible`: for each training query, the keys its position could attend to (read by
-    /// causal builds, [`IndexSpec::build_visible`]).
+    /// causal builds, [`IndexSpec::build_visible`]). Also returns the build figures of an
+    /// attention graph that the spec's scan check replaced by the int8 scan
+    /// ([`qkindex::spec::BuiltIndex::replaced_graph`]).
     pub fn build(
         spec: &IndexSpec,
         keys: Vec<f32>,
@@ -45,11 +48,11 @@ impl RestIndex {
         train: (&[f32], Option<&[u32]>),
         dtype: Dtype,
         knn: &dyn KnnBackend,
-    ) -> qkindex::Result<Self> {
+    ) -> qkindex::Result<(Self, Option<BuildStats>)> {
         let store = Arc::new(KeyStore::from_f32_as(keys, dim, dtype)?);
         let (queries, visible) = train;
         let built = spec.build_visible(store, queries, visible, knn, &Cancel::new())?;
-        Ok(match built.index {
+        let rest = match built.index {
             AnyIndex::Attention(a) => RestIndex::Attention(a),
             AnyIndex::Flat(f) => RestIndex::Flat(f),
             index => RestIndex::Frozen {
@@ -58,7 +61,8 @@ impl RestIndex {
                 found: SearchOutput::default(),
                 tail_found: SearchOutput::default(),
             },
-        })
+        };
+        Ok((rest, built.replaced_graph))
     }
 
     /// Number of keys.

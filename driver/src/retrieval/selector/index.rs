@@ -20,7 +20,7 @@ pub(super) fn build_rest(
     spec: &IndexSpec,
 ) -> Result<RestIndex, ModelError> {
     let visible = prefill.visible();
-    let rest = RestIndex::build(
+    let (rest, replaced) = RestIndex::build(
         spec,
         prefill.rest_keys().to_vec(),
         prefill.head_dim,
@@ -29,9 +29,13 @@ pub(super) fn build_rest(
         prefill.knn,
     )?;
     // A far check ran (a group that reads from the whole context), or the ef calibration raised
-    // the default ef: say what they chose.
-    if let RestIndex::Attention(a) = &rest {
-        let stats = a.build_stats();
+    // the default ef, or the scan check kept the int8 scan: say what they chose.
+    let stats = match (&rest, &replaced) {
+        (_, Some(graph)) => Some(graph),
+        (RestIndex::Attention(a), None) => Some(a.build_stats()),
+        _ => None,
+    };
+    if let Some(stats) = stats {
         let t = &BUILD_TALLY;
         t.attention.fetch_add(1, Ordering::Relaxed);
         let us = |s: f64| (s * 1e6) as u64;
@@ -68,6 +72,13 @@ pub(super) fn build_rest(
             eprintln!("layer {} KV head {}: {e}", prefill.layer, prefill.kv_head);
             t.auto_ef_raised.fetch_add(1, Ordering::Relaxed);
         }
+        if let Some(c) = &stats.scan_check {
+            t.scan_checked.fetch_add(1, Ordering::Relaxed);
+            if c.scan_wins {
+                eprintln!("layer {} KV head {}: {c}", prefill.layer, prefill.kv_head);
+                t.scan_kept.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
     Ok(rest)
 }
@@ -89,6 +100,9 @@ pub struct BuildTally {
     /// graph (`prune-check`) over the asked one's.
     pub prune_checked: u64,
     pub prune_kept_other: u64,
+    /// Builds that ran the scan check, and of those, the ones that kept the int8 scan.
+    pub scan_checked: u64,
+    pub scan_kept: u64,
     /// Microseconds of the builds' steps, summed over the builds (which run in parallel, so the
     /// sums exceed the wall time): the whole build (`BuildStats::total_s`), the kNN of the
     /// training lists and, with `knn-pool`, its parts (clustering the queries, each cluster's
@@ -116,6 +130,8 @@ impl std::ops::Sub for BuildTally {
             auto_ef_raised: self.auto_ef_raised - b.auto_ef_raised,
             prune_checked: self.prune_checked - b.prune_checked,
             prune_kept_other: self.prune_kept_other - b.prune_kept_other,
+            scan_checked: self.scan_checked - b.scan_checked,
+            scan_kept: self.scan_kept - b.scan_kept,
             total_us: self.total_us - b.total_us,
             knn_us: self.knn_us - b.knn_us,
             pool_kmeans_us: self.pool_kmeans_us - b.pool_kmeans_us,
@@ -145,9 +161,17 @@ impl BuildTally {
             ),
         };
         let parts = self.knn_us + self.projection_us + self.connectivity_us + self.far_check_us;
+        let scan = match self.scan_checked {
+            0 => String::new(),
+            checked => format!(
+                "; the scan check kept the int8 scan on {} of {checked} (the graph on the rest)",
+                self.scan_kept
+            ),
+        };
         Some(format!(
             "build steps, seconds summed over {} builds: knn {:.1}{pool} + projection and prune \
-             {:.1} + connectivity repair {:.1} + far check {:.1} + auto-ef and the rest {:.1} = {:.1}",
+             {:.1} + connectivity repair {:.1} + far check {:.1} + auto-ef and the rest {:.1} = \
+             {:.1}{scan}",
             self.attention,
             s(self.knn_us),
             s(self.projection_us),
@@ -167,6 +191,8 @@ struct AtomicTally {
     auto_ef_raised: AtomicU64,
     prune_checked: AtomicU64,
     prune_kept_other: AtomicU64,
+    scan_checked: AtomicU64,
+    scan_kept: AtomicU64,
     total_us: AtomicU64,
     knn_us: AtomicU64,
     pool_kmeans_us: AtomicU64,
@@ -185,6 +211,8 @@ static BUILD_TALLY: AtomicTally = AtomicTally {
     auto_ef_raised: AtomicU64::new(0),
     prune_checked: AtomicU64::new(0),
     prune_kept_other: AtomicU64::new(0),
+    scan_checked: AtomicU64::new(0),
+    scan_kept: AtomicU64::new(0),
     total_us: AtomicU64::new(0),
     knn_us: AtomicU64::new(0),
     pool_kmeans_us: AtomicU64::new(0),
@@ -207,6 +235,8 @@ pub fn build_tally() -> BuildTally {
         auto_ef_raised: t.auto_ef_raised.load(Ordering::Relaxed),
         prune_checked: t.prune_checked.load(Ordering::Relaxed),
         prune_kept_other: t.prune_kept_other.load(Ordering::Relaxed),
+        scan_checked: t.scan_checked.load(Ordering::Relaxed),
+        scan_kept: t.scan_kept.load(Ordering::Relaxed),
         total_us: t.total_us.load(Ordering::Relaxed),
         knn_us: t.knn_us.load(Ordering::Relaxed),
         pool_kmeans_us: t.pool_kmeans_us.load(Ordering::Relaxed),
@@ -216,6 +246,13 @@ pub fn build_tally() -> BuildTally {
         connectivity_us: t.connectivity_us.load(Ordering::Relaxed),
         far_check_us: t.far_check_us.load(Ordering::Relaxed),
     }
+}
+
+/// The keys a search scored: its inner products, and the estimates from int8 codes of a scan
+/// or walk on codes (each reads a quarter of an f32 row, but a key scored is a key scored: an
+/// int8 scan scores them all).
+fn keys_scored(stats: &qkindex::SearchStats) -> u64 {
+    stats.distance_computations + stats.code_estimates
 }
 
 /// A rest index searched for each query.
@@ -285,7 +322,7 @@ impl Selector for Index {
                 &mut self.found,
             )?;
         }
-        out.fill(&self.found.ids, self.found.stats.distance_computations);
+        out.fill(&self.found.ids, keys_scored(&self.found.stats));
         Ok(())
     }
 
@@ -320,7 +357,7 @@ impl Selector for Index {
             &mut self.many,
         )?;
         for (j, (found, out)) in self.many[0].outputs.iter().zip(outs).enumerate() {
-            out.fill(&found.ids, found.stats.distance_computations);
+            out.fill(&found.ids, keys_scored(&found.stats));
             if step_seeds > 0 {
                 self.prev[j].clone_from(&found.ids);
             }
