@@ -690,6 +690,30 @@ fn the_scan_check_keeps_what_it_measured_faster() {
     assert_eq!(out.ids.len(), 10);
     // The spec text round-trips the key; without auto-ef it is refused.
     assert!(spec.to_string().contains("scan-check=true"), "{spec}");
+    // With the far check: its second graph (full lists) is built without the scan check, and
+    // the build's check runs once, on the graph kept.
+    let n = 1500;
+    let data = ood(n, n, dim, 11);
+    let keys = Arc::new(KeyStore::from_f32(data.keys.clone(), dim).expect("keys"));
+    let visible: Vec<u32> = (1..=n as u32).collect();
+    let spec =
+        parse("attention:causal=true,global-full=0.9,far-check=0.01,auto-ef=0.95,scan-check=true");
+    let built = spec
+        .build_visible(
+            keys,
+            &data.train_queries,
+            Some(&visible),
+            &CpuKnn,
+            &qkindex::Cancel::new(),
+        )
+        .expect("a far-checked build with the scan check");
+    let stats = match (&built.index, &built.replaced_graph) {
+        (AnyIndex::Attention(a), None) => a.build_stats().clone(),
+        (AnyIndex::Flat(_), Some(graph)) => graph.clone(),
+        (index, _) => panic!("kind {:?}", index.kind()),
+    };
+    assert!(stats.far_check.is_some(), "the far check ran");
+    assert!(stats.scan_check.is_some(), "the scan check ran");
     let (name, _, why) = parse_err("attention:scan-check=true");
     assert_eq!(name, "scan-check");
     assert!(why.contains("auto"), "{why}");

@@ -276,6 +276,7 @@ pub(super) fn keep_better_lists(
         global_full: None,
         far_check: None,
         auto_ef: None,
+        scan_check: false,
         ..params.clone()
     };
     let keys = index.keys.clone();
