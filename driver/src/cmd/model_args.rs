@@ -39,8 +39,9 @@ pub struct ModelArgs {
     /// RoPE scaling for a context F times the trained one: `none`, `ntk:F` (base ×
     /// F^(d/(d−2))) or `linear:F` (positions / F). It applies to the layers with the file's base
     /// (all of SmolLM2's, Gemma 3's global ones). Default: none while the run fits the trained
-    /// context, past it NTK by the smallest multiple of 1/4 that makes room, up to 4× (past
-    /// that, name one; measured: docs/bench/long/README.md).
+    /// context, past it NTK by the smallest multiple of 1/4 that makes room, up to 4.25× (the
+    /// stretch measured: 131,072 + 512 positions of Gemma 3; past that, name one;
+    /// docs/bench/long/README.md).
     #[arg(long, value_name = "MODE", value_parser = parse_rope_scaling)]
     pub rope_scaling: Option<RopeScaling>,
     /// What exact attention reads keys and values in on the CPU: `f32`, or `f16` (a half-precision
