@@ -117,7 +117,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                             let params = SearchParams {
                                 ef: Some(ef),
                                 beam,
-                                patience,
+                                patience: patience.map(qkindex::Patience::Expansions),
                                 head: Some(j),
                                 ..Default::default()
                             };

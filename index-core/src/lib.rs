@@ -77,7 +77,9 @@ pub use knn::{CpuKnn, KnnBackend, KnnOptions, KnnResult};
 pub use many::{search_many, search_many_into, ManyOutput, ManyScratch};
 pub use retopk::{ReTopK, ReTopKParams, StepPath, StepStats};
 pub use scratch::Scratch;
-pub use search::{search_batch, AnnIndex, IndexKind, SearchOutput, SearchParams, SearchStats};
+pub use search::{
+    search_batch, AnnIndex, IndexKind, Patience, SearchOutput, SearchParams, SearchStats,
+};
 pub use spec::IndexSpec;
 pub use store::{Dtype, KeyStore};
 pub use vamana::{VamanaIndex, VamanaParams};

@@ -1,7 +1,7 @@
 //! Attention-policy arguments shared by `eval`, `passkey` and `demo`.
 
 use clap::Args;
-use qkindex::{Dtype, IndexSpec, ReTopKParams};
+use qkindex::{Dtype, IndexSpec, Patience, ReTopKParams};
 use qkindex_driver::retrieval::{PolicyConfig, PolicyKind, DEFAULT_PATIENCE, DEFAULT_STEP_SEEDS};
 
 #[derive(Debug, Args)]
@@ -85,12 +85,39 @@ pub struct PolicyArgs {
     #[arg(long, default_value_t = DEFAULT_STEP_SEEDS)]
     pub step_seeds: usize,
     /// Graph searches stop once their best k have not changed for this many expansions in a
-    /// row, the list of `ef` being the cap (0: no early stop; docs/DECODING.md §10).
-    #[arg(long, default_value_t = DEFAULT_PATIENCE)]
-    pub patience: usize,
+    /// row, the list of `ef` being the cap: a count (`32`), a percentage of the head's `ef`
+    /// (`25%`), or `0` for no early stop (docs/DECODING.md §10).
+    #[arg(long, default_value_t = PatienceArg(Some(DEFAULT_PATIENCE)))]
+    pub patience: PatienceArg,
     /// Skip the per-step scoring of every key (no mass and recall figures).
     #[arg(long)]
     pub no_measure: bool,
+}
+
+/// `--patience`: `0` (off), a count or a percentage of `ef` ([`Patience`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PatienceArg(pub Option<Patience>);
+
+impl std::str::FromStr for PatienceArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.trim() == "0" {
+            return Ok(PatienceArg(None));
+        }
+        s.parse()
+            .map(|p| PatienceArg(Some(p)))
+            .map_err(|e: qkindex::Error| e.to_string())
+    }
+}
+
+impl std::fmt::Display for PatienceArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(p) => write!(f, "{p}"),
+            None => write!(f, "0"),
+        }
+    }
 }
 
 impl PolicyArgs {
@@ -134,7 +161,7 @@ impl PolicyArgs {
             store: self.store,
             tail_samples: self.tail_samples,
             step_seeds: self.step_seeds,
-            patience: self.patience,
+            patience: self.patience.0,
         }
     }
 }
@@ -163,7 +190,15 @@ mod tests {
             (cfg.step_seeds, cfg.patience),
             (new.step_seeds, new.patience)
         );
-        assert_eq!(cfg.search_params().patience, Some(32));
+        assert_eq!(
+            cfg.search_params().patience,
+            Some(Patience::PercentOfEf(25))
+        );
+        let fixed = Cli::try_parse_from(["qkindex", "--patience", "32"]).expect("parse");
+        let fixed = fixed.policy.config(PolicyKind::IndexTopk).search_params();
+        assert_eq!(fixed.patience, Some(Patience::Expansions(32)));
+        assert!(Cli::try_parse_from(["qkindex", "--patience", "0%"]).is_err());
+        assert!(Cli::try_parse_from(["qkindex", "--patience", "many"]).is_err());
         let off = Cli::try_parse_from(["qkindex", "--patience", "0", "--step-seeds", "0"])
             .expect("parse");
         let off = off.policy.config(PolicyKind::IndexTopk);

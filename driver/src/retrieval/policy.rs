@@ -1,7 +1,7 @@
 //! Policy configuration: which selector a decode step uses and its sizes (configuration only;
 //! the selectors are built in [`super::selector::build`]).
 
-use qkindex::{ReTopKParams, SearchParams};
+use qkindex::{Patience, ReTopKParams, SearchParams};
 
 use super::ids::Split;
 
@@ -102,8 +102,9 @@ pub struct PolicyConfig {
     /// the previous step (consecutive decode queries are alike; 0: none).
     pub step_seeds: usize,
     /// Graph searches stop once their best `k` have not changed for this many expansions in a
-    /// row (0: no early stop; [`SearchParams::patience`]).
-    pub patience: usize,
+    /// row, a count or a share of the head's `ef` (`None`: no early stop;
+    /// [`SearchParams::patience`]).
+    pub patience: Option<Patience>,
 }
 
 /// Seeds per query head from its previous step's top-k in the decode default: at ef 128 they
@@ -112,8 +113,9 @@ pub struct PolicyConfig {
 pub const DEFAULT_STEP_SEEDS: usize = 100;
 
 /// Expansions without a change of the best k after which a graph search stops, in the decode
-/// default (docs/DECODING.md §10).
-pub const DEFAULT_PATIENCE: usize = 32;
+/// default: a quarter of the head's `ef` (32 at the default 128; 220 for a head whose auto-ef
+/// asks 879, which a fixed 32 would cut short: docs/DECODING.md §10).
+pub const DEFAULT_PATIENCE: Patience = Patience::PercentOfEf(25);
 
 fn dtype_name<S: serde::Serializer>(d: &qkindex::Dtype, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(d.numpy_name())
@@ -139,7 +141,7 @@ impl PolicyConfig {
             store: qkindex::Dtype::F16,
             tail_samples: 0,
             step_seeds: DEFAULT_STEP_SEEDS,
-            patience: DEFAULT_PATIENCE,
+            patience: Some(DEFAULT_PATIENCE),
         }
     }
 
@@ -148,7 +150,7 @@ impl PolicyConfig {
         SearchParams {
             ef: self.ef.map(|ef| ef.max(self.k)),
             nprobe: self.nprobe,
-            patience: (self.patience > 0).then_some(self.patience),
+            patience: self.patience,
             ..Default::default()
         }
     }

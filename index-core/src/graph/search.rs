@@ -49,14 +49,14 @@ impl BeamSettings {
         if params.beam == Some(0) {
             return Err(Error::invalid_param("beam", 0, "must be at least 1"));
         }
-        if params.patience == Some(0) {
-            return Err(Error::invalid_param("patience", 0, "must be at least 1"));
+        if let Some(p) = params.patience {
+            p.validate()?;
         }
         Ok(BeamSettings {
             ef,
             k,
             width: params.beam,
-            patience: params.patience,
+            patience: params.patience.map(|p| p.expansions(ef)),
         })
     }
 
@@ -409,21 +409,41 @@ mod tests {
         assert_eq!(out.stats.hops, 2);
     }
 
+    /// A patience of 0 (of either form) is refused; a count is taken as is, a percentage of
+    /// the search's `ef` rounded up (at least 1); the text forms parse and print back.
     #[test]
-    fn a_patience_of_zero_is_refused() {
-        let params = SearchParams {
-            patience: Some(0),
-            ..Default::default()
-        };
-        match BeamSettings::for_search(&params, 10, 64) {
-            Err(Error::InvalidParam { name, .. }) => assert_eq!(name, "patience"),
-            other => panic!("expected InvalidParam, got {other:?}"),
+    fn patience_counts_or_scales_with_ef() {
+        use crate::search::Patience;
+        for zero in [Patience::Expansions(0), Patience::PercentOfEf(0)] {
+            let params = SearchParams {
+                patience: Some(zero),
+                ..Default::default()
+            };
+            match BeamSettings::for_search(&params, 10, 64) {
+                Err(Error::InvalidParam { name, .. }) => assert_eq!(name, "patience"),
+                other => panic!("expected InvalidParam, got {other:?}"),
+            }
         }
-        let params = SearchParams {
-            patience: Some(7),
-            ..Default::default()
+        let settings = |p: Patience, ef: usize| {
+            let params = SearchParams {
+                patience: Some(p),
+                ef: Some(ef),
+                ..Default::default()
+            };
+            BeamSettings::for_search(&params, 10, 64).expect("settings")
         };
-        let s = BeamSettings::for_search(&params, 10, 64).expect("settings");
+        let s = settings(Patience::Expansions(7), 64);
         assert_eq!((s.ef, s.k, s.patience), (64, 10, Some(7)));
+        let quarter = Patience::PercentOfEf(25);
+        assert_eq!(settings(quarter, 128).patience, Some(32));
+        assert_eq!(settings(quarter, 879).patience, Some(220));
+        assert_eq!(settings(Patience::PercentOfEf(1), 10).patience, Some(1));
+        for (text, p) in [("32", Patience::Expansions(32)), ("25%", quarter)] {
+            assert_eq!(text.parse::<Patience>().expect("parses"), p);
+            assert_eq!(p.to_string(), text);
+        }
+        for bad in ["0", "0%", "-3", "x", "25 %%", ""] {
+            assert!(bad.parse::<Patience>().is_err(), "{bad}");
+        }
     }
 }
