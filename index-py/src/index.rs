@@ -9,7 +9,9 @@ use crate::search::{graph_search_params, search_any, Pool, SearchResult};
 use pyo3::prelude::*;
 use qkindex::attention::{off_at_zero, Prune, TrainKnn};
 use qkindex::io::{AnyIndex, KeysPlacement, Persist};
-use qkindex::{AnnIndex, AttentionParams, Cancel, Error, IndexSpec, KeyStore, KnnBackend};
+use qkindex::{
+    AnnIndex, AttentionParams, Cancel, Error, IndexSpec, KeyStore, KnnBackend, SearchParams,
+};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
@@ -82,8 +84,11 @@ pub fn decode_default_build(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     let (Some(ours), Some(base)) = (ours.as_object(), base.as_object()) else {
         return Err(value_error("internal error: parameters are not an object"));
     };
+    // `scan_check` may turn the graph into an int8 scan, which an `AttentionIndex` is not:
+    // `qkindex.hf` decodes with the graph (its searches are `search_many` on graphs).
     let differ: serde_json::Map<String, serde_json::Value> = ours
         .iter()
+        .filter(|(name, _)| name.as_str() != "scan_check")
         .filter(|(name, value)| base.get(*name) != Some(*value))
         .map(|(name, value)| (name.clone(), value.clone()))
         .collect();
@@ -99,7 +104,7 @@ pub fn decode_default_build(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
 }
 
 /// The parameters `AttentionIndex.build` takes as keywords (named as in [`AttentionParams`]).
-const BUILD_KEYWORDS: [&str; 11] = [
+const BUILD_KEYWORDS: [&str; 12] = [
     "kq",
     "max_degree",
     "build_ef",
@@ -108,6 +113,7 @@ const BUILD_KEYWORDS: [&str; 11] = [
     "prune",
     "auto_ef",
     "knn_pool",
+    "pool_above",
     "queries_per_key",
     "global_full",
     "far_check",
@@ -180,7 +186,8 @@ impl AttentionIndex {
     /// this many keys shared by clustered queries instead of the exact kNN over all keys, for
     /// builds past ~64K keys (at 512K synthetic keys 67 s instead of 435 s at the same recall;
     /// at least `kq`, not with `causal`; the kNN stays exact while a pool would hold a quarter
-    /// of the keys).
+    /// of the keys). `pool_above` (0: off): the kNN chosen by length, the exact one up to this
+    /// many keys and the pooled one (8,000 keys per pool, causal lists off) past it.
     ///
     /// `visible` (one count per training query): the keys each query's position could attend
     /// to; `causal` builds read it (without it, query row `i` sees keys `0..=i`). With it,
@@ -190,7 +197,7 @@ impl AttentionIndex {
     /// full lists and keeps the better graph. `decode_default_build()` gives the keywords of
     /// the decode default, the index the driver and `qkindex.hf` decode with.
     #[staticmethod]
-    #[pyo3(signature = (keys, train_queries, *, kq=100, max_degree=32, build_ef=200, default_ef=128, causal=false, prune="occlusion-fill", device="auto", dtype=None, auto_ef=0.0, knn_pool=0, queries_per_key=0.0, global_full=0.0, far_check=0.0, visible=None))]
+    #[pyo3(signature = (keys, train_queries, *, kq=100, max_degree=32, build_ef=200, default_ef=128, causal=false, prune="occlusion-fill", device="auto", dtype=None, auto_ef=0.0, knn_pool=0, pool_above=0, queries_per_key=0.0, global_full=0.0, far_check=0.0, visible=None))]
     #[allow(clippy::too_many_arguments)]
     fn build(
         py: Python<'_>,
@@ -206,6 +213,7 @@ impl AttentionIndex {
         dtype: Option<&str>,
         auto_ef: f64,
         knn_pool: i64,
+        pool_above: i64,
         queries_per_key: f64,
         global_full: f64,
         far_check: f64,
@@ -227,6 +235,7 @@ impl AttentionIndex {
             auto_ef: off_at_zero(auto_ef),
             knn: TrainKnn::from_field("knn_pool", count("knn_pool", knn_pool, 0)?)
                 .unwrap_or_default(),
+            pool_above: count("pool_above", pool_above, 0)?,
             queries_per_key,
             global_full: off_at_zero(global_full),
             far_check: off_at_zero(far_check),
@@ -253,8 +262,10 @@ impl AttentionIndex {
 
     /// Top-`k` keys by inner product for each query (`[b, d]` or `[d]`), with a candidate
     /// list of `ef ≥ k` (None: the index default, raised to `k`), of which the best `beam` items
-    /// are expanded (None: all; below `k`: a cheaper, narrower search).
-    #[pyo3(signature = (queries, k=100, ef=None, beam=None))]
+    /// are expanded (None: all; below `k`: a cheaper, narrower search). `patience`: stop once
+    /// the best `k` have not changed for this many expansions in a row, an int or `"P%"` of
+    /// `ef` (None: no early stop).
+    #[pyo3(signature = (queries, k=100, ef=None, beam=None, patience=None))]
     fn search(
         &self,
         py: Python<'_>,
@@ -262,8 +273,12 @@ impl AttentionIndex {
         k: i64,
         ef: Option<i64>,
         beam: Option<i64>,
+        patience: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<SearchResult> {
-        let params = graph_search_params(ef, beam)?;
+        let params = SearchParams {
+            patience: crate::search::patience_arg(patience)?,
+            ..graph_search_params(ef, beam)?
+        };
         search_any(py, &*self.snapshot(), &self.pool, queries, k, &params)
     }
 

@@ -159,6 +159,25 @@ pub fn search_any(
 }
 
 /// The search parameters of a graph kind's `search(ef=, beam=)`, both checked to be ≥ 1.
+/// `patience=`: an int (expansions, at least 1), a string `"25%"` (of `ef`) or `"32"`, or None.
+pub fn patience_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<qkindex::Patience>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    if let Ok(n) = obj.extract::<i64>() {
+        return Ok(Some(qkindex::Patience::Expansions(count(
+            "patience", n, 1,
+        )?)));
+    }
+    let text: String = obj.extract().map_err(|_| {
+        crate::errors::type_error(format!(
+            "patience: expected an int or a string such as \"25%\", got {}",
+            obj.get_type().name().map_or("?".into(), |n| n.to_string())
+        ))
+    })?;
+    text.parse().map(Some).map_err(to_py)
+}
+
 pub fn graph_search_params(ef: Option<i64>, beam: Option<i64>) -> PyResult<SearchParams> {
     Ok(SearchParams {
         ef: ef.map(|e| count("ef", e, 1)).transpose()?,
@@ -173,11 +192,13 @@ static MANY_SCRATCH: qkindex::ManyScratch = qkindex::ManyScratch::new();
 /// Searches `queries[i]` (`[n, b, d]`: `b` queries per index) on `indexes[i]` for every `i` in
 /// one call, all `n · b` searches spread over rayon's global thread pool with the GIL released,
 /// as a serving engine searches the heads of a layer. `ef`, `beam` and `nprobe` go to every
-/// index; each kind reads those that apply to it (unset: each index's default). Returns a
+/// index; each kind reads those that apply to it (unset: each index's default). `patience`:
+/// graph searches stop once their best `k` have not changed for this many expansions in a row
+/// or `"P%"` of `ef` (None: no early stop; `qkindex.hf` decodes with `"25%"`). Returns a
 /// `SearchResult` with `ids` and `scores` of shape `[n, b, k]` (−1 / −inf padding) and
 /// `distance_computations` of shape `[n, b]`: index `i`'s stats per query.
 #[pyfunction]
-#[pyo3(signature = (indexes, queries, k=100, ef=None, beam=None, nprobe=None))]
+#[pyo3(signature = (indexes, queries, k=100, ef=None, beam=None, nprobe=None, patience=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn search_many(
     py: Python<'_>,
@@ -187,6 +208,7 @@ pub fn search_many(
     ef: Option<i64>,
     beam: Option<i64>,
     nprobe: Option<i64>,
+    patience: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<SearchResult> {
     let arcs = indexes
         .iter()
@@ -215,6 +237,7 @@ pub fn search_many(
     let k = neighbours(k, min_len)?;
     let params = SearchParams {
         nprobe: nprobe.map(|e| count("nprobe", e, 1)).transpose()?,
+        patience: patience_arg(patience)?,
         ..graph_search_params(ef, beam)?
     };
     let arr = float_array(queries, "queries")?;

@@ -57,7 +57,7 @@ def test_decode_default_build_is_the_decode_preset():
     default, what ``qkindex.hf`` builds), each one ``AttentionIndex.build`` takes."""
     kw = qkindex.decode_default_build()
     assert kw == {"causal": True, "queries_per_key": 1.25, "global_full": 0.1,
-                  "far_check": 0.04, "auto_ef": 0.95}
+                  "far_check": 0.04, "auto_ef": 0.95, "pool_above": 32768}
     assert set(kw) <= set(_defaults(qkindex.AttentionIndex.build))
     keys, train, _ = ood_data(n=300, m=60, d=16)
     # Query i at position 5i sees the keys before it; the last ones see all of them.
@@ -66,6 +66,10 @@ def test_decode_default_build_is_the_decode_preset():
     for name, value in kw.items():
         assert index.params[name] == value, name
     assert "auto_ef" in index.build_stats
+    # Past `pool_above` keys the kNN is the pooled one, without the causal lists.
+    long = qkindex.AttentionIndex.build(keys, train, visible=visible, **{**kw, "pool_above": 299})
+    assert long.params["knn_pool"] == 8000 and long.params["causal"] is False
+    assert "global_full" not in long.params and long.params["pool_above"] == 299
     # Its causal lists need the counts, and the counts must be counts.
     with pytest.raises(ValueError, match="queries_per_key"):
         qkindex.AttentionIndex.build(keys, train, **kw)

@@ -157,6 +157,8 @@ def test_policy_arguments_are_checked(smollm2):
         hf.RetrievalAttention(smollm2, "full")
     with pytest.raises(ValueError, match="window: must be at least 1"):
         hf.RetrievalAttention(smollm2, "static", window=0)
+    with pytest.raises(ValueError, match="patience: must be at least 1 or None"):
+        hf.RetrievalAttention(smollm2, "index-topk", patience=0)
 
 
 def _decode_nll(model, ids, prefill, cache, steps):

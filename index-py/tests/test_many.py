@@ -119,3 +119,25 @@ def test_search_many_errors(data, attention_index):
     bad[0, 1, 3] = np.nan
     with pytest.raises(ValueError):
         qkindex.search_many([attention_index], bad)
+
+
+def test_patience_stops_graph_searches_early(data, attention_index):
+    """``patience`` (issue 62): a graph search stops once its best k have not changed for that
+    many expansions; the same in ``search`` and ``search_many``; a patience longer than any
+    search changes nothing; 0 is refused."""
+    _, _, queries = data
+    many = lambda **kw: qkindex.search_many([attention_index], queries[None], k=10, ef=200, **kw)
+    full, early = many(), many(patience=4)
+    assert early.distance_computations.sum() < full.distance_computations.sum()
+    one = attention_index.search(queries, k=10, ef=200, patience=4)
+    np.testing.assert_array_equal(one.ids, early.ids[0])
+    np.testing.assert_array_equal(many(patience=10**6).ids, full.ids)
+    # A percentage of ef: 2% of 200 is 4 expansions.
+    np.testing.assert_array_equal(many(patience="2%").ids, early.ids)
+    for bad in (0, "0%", "soon"):
+        with pytest.raises(ValueError, match="patience"):
+            many(patience=bad)
+        with pytest.raises(ValueError, match="patience"):
+            attention_index.search(queries, k=10, patience=bad)
+    with pytest.raises(TypeError, match="patience"):
+        many(patience=2.5)

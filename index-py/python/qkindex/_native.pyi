@@ -74,13 +74,19 @@ class AttentionIndex:
         dtype: Optional[str] = None,
         auto_ef: float = 0.0,
         knn_pool: int = 0,
+        pool_above: int = 0,
         queries_per_key: float = 0.0,
         global_full: float = 0.0,
         far_check: float = 0.0,
         visible: Optional[Sequence[int]] = None,
     ) -> "AttentionIndex": ...
     def search(
-        self, queries: ArrayLike, k: int = 100, ef: Optional[int] = None, beam: Optional[int] = None
+        self,
+        queries: ArrayLike,
+        k: int = 100,
+        ef: Optional[int] = None,
+        beam: Optional[int] = None,
+        patience: Union[int, str, None] = None,
     ) -> SearchResult: ...
     def insert(self, key: ArrayLike, guides: Optional[ArrayLike] = None) -> int: ...
     def __len__(self) -> int: ...
@@ -231,10 +237,13 @@ def search_many(
     ef: Optional[int] = None,
     beam: Optional[int] = None,
     nprobe: Optional[int] = None,
+    patience: Union[int, str, None] = None,
 ) -> SearchResult:
     """``queries[i]`` (``[n, b, d]``) searched on ``indexes[i]`` for every ``i`` in one call, in
     parallel with the GIL released: ``ids``/``scores`` ``[n, b, k]``, ``distance_computations``
-    ``[n, b]`` (each index's stats per query)."""
+    ``[n, b]`` (each index's stats per query). ``patience``: graph searches stop once their
+    best ``k`` have not changed for that many expansions in a row, an int or ``"P%"`` of
+    ``ef`` (None: no early stop)."""
 def load_dump(dir: PathLike) -> Dump: ...
 def validate_dump(dir: PathLike) -> List[str]: ...
 def _search_latency_ns(

@@ -508,10 +508,14 @@ class RetrievalAttention:
     ``policy``: ``"static"`` (sinks + window only), ``"exact-topk"`` (plus the exact top-``k``
     of the rest, by a scan) or ``"index-topk"`` (plus the top-``k`` an ``AttentionIndex``
     returns, built after the prefill per sequence, layer and KV head from the keys of the rest
-    and the group's prefill queries; ``ef`` for its searches). The index is the decode default,
-    the driver's (``qkindex.decode_default_build()``: causal lists from each query's visible
-    keys, 1.25 queries per key, far-back queries' full lists, and each index's default ``ef``
-    measured for recall@100 0.95 on the group's last prefill queries); ``build`` overrides its
+    and the group's prefill queries; ``ef`` for its searches, which stop once their best ``k``
+    have not changed for ``patience`` expansions in a row, an int or ``"P%"`` of the head's
+    ``ef``, as the driver's do; None: never).
+    The index is the decode default, the driver's (``qkindex.decode_default_build()``: causal
+    lists from each query's visible keys, 1.25 queries per key, far-back queries' full lists,
+    the pooled kNN past 32,768 keys, and each index's default ``ef`` measured for recall@100
+    0.95 on the group's last prefill queries; the driver's scan check is left out: this class
+    searches graphs); ``build`` overrides its
     ``AttentionIndex.build`` keywords. ``measure``: also score every key each step (untimed)
     to report recall@k of the retrieved keys against the rest's exact top-k, the attended
     keys' softmax mass, and its ratio to the mass with the exact top-k in their place (the
@@ -536,7 +540,8 @@ class RetrievalAttention:
     """
 
     def __init__(self, model, policy: str = "index-topk", *, sink: int = 128, window: int = 512,
-                 k: int = 100, ef: Optional[int] = None, measure: bool = True,
+                 k: int = 100, ef: Optional[int] = None, patience: Union[int, str, None] = "25%",
+                 measure: bool = True,
                  build: Optional[Mapping[str, Any]] = None, max_train: Optional[int] = 4096,
                  threads: Optional[int] = None, offload: Union[bool, str] = False,
                  buffer: int = 64):
@@ -555,7 +560,10 @@ class RetrievalAttention:
                              f"got {offload!r}")
         self.model = model
         self.policy = policy
+        if isinstance(patience, int) and patience < 1:
+            raise ValueError(f"patience: must be at least 1 or None, got {patience}")
         self.sink, self.window, self.k, self.ef = int(sink), int(window), int(k), ef
+        self.patience = patience
         self.measure = measure
         self.offload: Optional[str] = offload or None
         self.buffer = int(buffer)
@@ -834,7 +842,8 @@ class RetrievalAttention:
         if kk == 0:
             return None, 0
         # Every KV head's group searched in one call, in parallel ([kvh, group, d]).
-        res = search_many(s.indexes, q_host.reshape(kvh, group, -1), k=kk, ef=self.ef)
+        res = search_many(s.indexes, q_host.reshape(kvh, group, -1), k=kk, ef=self.ef,
+                          patience=self.patience)
         ids = torch.from_numpy(res.ids).reshape(kvh * group, kk).clamp(min=0)
         return ids, int(res.distance_computations.sum())
 
