@@ -5,6 +5,7 @@ use proptest::prelude::*;
 use qkindex::attention::{off_at_zero, Codes, EntryRule, Projection, Prune, TrainKnn, TrainOn};
 use qkindex::io::AnyIndex;
 use qkindex::ivf::Assignment;
+use qkindex::spec::BuiltIndex;
 use qkindex::synth::ood;
 use qkindex::{
     AnnIndex, AttentionParams, CpuKnn, Error, FlatParams, HnswParams, IndexKind, IndexSpec,
@@ -564,16 +565,30 @@ fn decode_default_is_its_string() {
     assert_eq!(parse(qkindex::spec::DECODE_DEFAULT), spec);
 }
 
+/// `spec` built causally (query row `i` sees keys `0..=i`) over `n` synthetic OOD keys of 16
+/// dimensions from `seed`, with the data it was built from.
+fn causal_build(spec: &IndexSpec, n: usize, seed: u64) -> (qkindex::synth::SynthData, BuiltIndex) {
+    let data = ood(n, n, 16, seed);
+    let keys = Arc::new(KeyStore::from_f32(data.keys.clone(), 16).expect("keys"));
+    let visible: Vec<u32> = (1..=n as u32).collect();
+    let built = spec
+        .build_visible(
+            keys,
+            &data.train_queries,
+            Some(&visible),
+            &CpuKnn,
+            &qkindex::Cancel::new(),
+        )
+        .unwrap_or_else(|e| panic!("{spec}: {e}"));
+    (data, built)
+}
+
 /// The decode default chooses its kNN by the number of keys: with its threshold lowered to fit
 /// a small test, a build over more keys than it keeps the pooled kNN (no causal lists) in the
 /// index's parameters, and one over fewer keeps the causal exact kNN; both search.
 #[test]
 fn the_decode_default_chooses_its_knn_by_length() {
-    let dim = 16;
-    let n = 600;
-    let data = ood(n, n, dim, 5);
-    let keys = Arc::new(KeyStore::from_f32(data.keys.clone(), dim).expect("keys"));
-    let visible: Vec<u32> = (1..=n as u32).collect();
+    let (dim, n) = (16, 600);
     let IndexSpec::Attention(default) = IndexSpec::decode_default() else {
         panic!("the decode default is an attention index");
     };
@@ -586,15 +601,7 @@ fn the_decode_default_chooses_its_knn_by_length() {
             scan_check: false,
             ..default.clone()
         });
-        let built = spec
-            .build_visible(
-                keys.clone(),
-                &data.train_queries,
-                Some(&visible),
-                &CpuKnn,
-                &qkindex::Cancel::new(),
-            )
-            .expect("build");
+        let (data, built) = causal_build(&spec, n, 5);
         let index = built.index.as_attention().expect("attention");
         let p = index.params();
         assert_eq!(p.pool_above, threshold);
@@ -636,25 +643,13 @@ fn the_decode_default_chooses_its_knn_by_length() {
 /// `auto-ef` (no recall target, no `ef` to time the graph at) the key is refused.
 #[test]
 fn the_scan_check_keeps_what_it_measured_faster() {
-    let dim = 16;
-    let n = 400;
-    let data = ood(n, n, dim, 9);
-    let keys = Arc::new(KeyStore::from_f32(data.keys.clone(), dim).expect("keys"));
-    let visible: Vec<u32> = (1..=n as u32).collect();
+    let (dim, n) = (16, 400);
     let spec = parse("attention:causal=true,auto-ef=0.95,scan-check=true");
     let IndexSpec::Attention(p) = &spec else {
         panic!("attention");
     };
     assert!(p.scan_check);
-    let built = spec
-        .build_visible(
-            keys.clone(),
-            &data.train_queries,
-            Some(&visible),
-            &CpuKnn,
-            &qkindex::Cancel::new(),
-        )
-        .expect("build");
+    let (data, built) = causal_build(&spec, n, 9);
     let (check, kept_scan) = match (&built.index, &built.replaced_graph) {
         (AnyIndex::Flat(f), Some(graph)) => {
             assert_eq!(f.len(), n, "the scan holds the graph's keys");
@@ -692,21 +687,9 @@ fn the_scan_check_keeps_what_it_measured_faster() {
     assert!(spec.to_string().contains("scan-check=true"), "{spec}");
     // With the far check: its second graph (full lists) is built without the scan check, and
     // the build's check runs once, on the graph kept.
-    let n = 1500;
-    let data = ood(n, n, dim, 11);
-    let keys = Arc::new(KeyStore::from_f32(data.keys.clone(), dim).expect("keys"));
-    let visible: Vec<u32> = (1..=n as u32).collect();
     let spec =
         parse("attention:causal=true,global-full=0.9,far-check=0.01,auto-ef=0.95,scan-check=true");
-    let built = spec
-        .build_visible(
-            keys,
-            &data.train_queries,
-            Some(&visible),
-            &CpuKnn,
-            &qkindex::Cancel::new(),
-        )
-        .expect("a far-checked build with the scan check");
+    let (_, built) = causal_build(&spec, 1500, 11);
     let stats = match (&built.index, &built.replaced_graph) {
         (AnyIndex::Attention(a), None) => a.build_stats().clone(),
         (AnyIndex::Flat(_), Some(graph)) => graph.clone(),
