@@ -15,6 +15,7 @@
 //! | `auto_ef.rs` | the `ef` a build measures its held-out recent queries need ([`AutoEf`]) |
 //! | `file.rs` | the index's file sections |
 //! | `insert.rs` | query-aware insertion of keys that arrive after the build (decode) |
+//! | `by_length.rs` | the kNN chosen by the number of keys ([`AttentionParams::for_keys`], [`LONG_POOL`]) |
 //! | `stats.rs` | the figures of a build and of its checks ([`BuildStats`], [`FarCheck`], [`PruneCheck`], [`AutoEf`], [`ScanCheck`]) |
 //! | `mod.rs` | the index type and its search |
 //!
@@ -33,6 +34,7 @@
 
 mod auto_ef;
 mod build;
+mod by_length;
 mod coarse;
 mod entries;
 mod far_check;
@@ -48,10 +50,9 @@ mod train_lists;
 
 pub use crate::codes::Codes;
 pub use crate::graph::Prune;
+pub use by_length::LONG_POOL;
 pub use far_check::CHECK_K;
-pub use params::{
-    off_at_zero, AttentionParams, EntryRule, Projection, TrainKnn, TrainOn, LONG_POOL,
-};
+pub use params::{off_at_zero, AttentionParams, EntryRule, Projection, TrainKnn, TrainOn};
 pub use pool_knn::PooledKnn;
 pub use stats::{AutoEf, BuildStats, FarCheck, PruneCheck, ScanCheck};
 
