@@ -98,6 +98,12 @@ const MANY: usize = 4;
 /// AVX2: SmolLM2's types).
 fn many_kernel(ty: GgmlType) -> Option<ManyKernel> {
     #[cfg(target_arch = "x86_64")]
+    if avx512::detected() {
+        // The row kernels are AVX-512's, whose sums these would not equal bit for bit: the
+        // row kernel per activation keeps `matvec_many` equal to `matvec`.
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
     if avx2::detected() {
         return avx2::many_kernel(ty);
     }
@@ -118,6 +124,10 @@ pub fn dot_row(ty: GgmlType, w: &[u8], a: &Q8Act) -> Option<f32> {
 
 /// The kernel of `ty` for this CPU (detected once).
 fn kernel(ty: GgmlType) -> Option<RowKernel> {
+    #[cfg(target_arch = "x86_64")]
+    if avx512::detected() {
+        return avx512::kernel(ty);
+    }
     #[cfg(target_arch = "x86_64")]
     if avx2::detected() {
         return avx2::kernel(ty);
@@ -200,6 +210,33 @@ pub fn matvec_many(
         }
     }
     true
+}
+
+/// `rows` random but valid rows of `cols` weights of `ty` (whole blocks), seeded: random bytes
+/// with every f16 scale replaced by a small finite value (random bytes would give NaNs and
+/// infinities). For tests and benchmarks of the kernels; empty for a type without a block
+/// layout.
+pub fn random_blocks(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    let Some((per, bytes)) = ty.block_layout() else {
+        return Vec::new();
+    };
+    let mut rng = qkindex::synth::Rng::new(seed);
+    let mut w: Vec<u8> = (0..rows * (cols / per) * bytes)
+        .map(|_| rng.below(256) as u8)
+        .collect();
+    let scale_at: &[usize] = match ty {
+        GgmlType::Q8_0 | GgmlType::Q5_0 => &[0],
+        GgmlType::Q4_1 | GgmlType::Q4K => &[0, 2],
+        GgmlType::Q6K => &[208],
+        _ => &[],
+    };
+    for blk in w.chunks_exact_mut(bytes) {
+        for &at in scale_at {
+            let v = f16::from_f32(0.01 + 0.02 * rng.normal().abs());
+            blk[at..at + 2].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    w
 }
 
 /// The portable kernels: integer sums per block in scalar loops.
@@ -311,32 +348,19 @@ mod scalar {
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 
+/// The AVX-512 VNNI kernels, preferred where the CPU has them (`QKINDEX_NO_AVX512=1` falls back
+/// to AVX2, for comparisons).
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
 #[cfg(test)]
 mod tests {
     use super::super::quant::dequantize_into;
     use super::*;
     use qkindex::synth::Rng;
 
-    /// Random but valid blocks of `ty`: random bytes, with each f16 scale replaced by a small
-    /// finite value (random bytes would give NaNs and infinities).
     fn random_row(ty: GgmlType, cols: usize, rng: &mut Rng) -> Vec<u8> {
-        let (per, bytes) = ty.block_layout().expect("layout");
-        let mut row: Vec<u8> = (0..cols / per * bytes)
-            .map(|_| rng.below(256) as u8)
-            .collect();
-        let scale_at: &[usize] = match ty {
-            GgmlType::Q8_0 | GgmlType::Q5_0 => &[0],
-            GgmlType::Q4_1 | GgmlType::Q4K => &[0, 2],
-            GgmlType::Q6K => &[208],
-            _ => &[],
-        };
-        for blk in row.chunks_exact_mut(bytes) {
-            for &at in scale_at {
-                let v = f16::from_f32(0.01 + 0.02 * rng.normal().abs());
-                blk[at..at + 2].copy_from_slice(&v.to_le_bytes());
-            }
-        }
-        row
+        random_blocks(ty, 1, cols, rng.below(1 << 30) as u64)
     }
 
     #[test]
@@ -350,7 +374,12 @@ mod tests {
             GgmlType::Q6K,
         ] {
             assert!(supported(ty));
-            for cols in [256usize, 512, 1024] {
+            // Odd block counts too (the AVX-512 kernels take blocks in pairs and fours).
+            let odd: &[usize] = match ty {
+                GgmlType::Q4K | GgmlType::Q6K => &[768],
+                _ => &[96, 160],
+            };
+            for &cols in [256usize, 512, 1024].iter().chain(odd) {
                 let w = random_row(ty, cols, &mut rng);
                 let x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
                 let mut a = Q8Act::default();
@@ -379,6 +408,23 @@ mod tests {
                     (f64::from(k) - want).abs() <= tol,
                     "{ty:?} {cols}: {k} vs {want}"
                 );
+                // Every kernel set this CPU has, not only the one dispatched.
+                #[cfg(target_arch = "x86_64")]
+                for (set, found) in [
+                    ("avx2", avx2::detected().then(|| avx2::kernel(ty)).flatten()),
+                    (
+                        "avx512",
+                        avx512::detected().then(|| avx512::kernel(ty)).flatten(),
+                    ),
+                ] {
+                    if let Some(kf) = found {
+                        let v = kf(&w, &a);
+                        assert!(
+                            (f64::from(v) - want).abs() <= tol,
+                            "{ty:?} {cols} {set}: {v} vs {want}"
+                        );
+                    }
+                }
                 // And the float product within the activation's 8-bit rounding.
                 let exact: f64 = wf.iter().zip(&x).map(|(&w, &x)| f64::from(w * x)).sum();
                 let wmag: f64 = wf
