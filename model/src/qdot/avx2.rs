@@ -42,6 +42,20 @@ fn h2f(b: &[u8], at: usize) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
 }
 
+/// How far ahead of the block being multiplied the kernels prefetch the weights.
+const PREFETCH: usize = 2048;
+
+/// Prefetches `lines` cache lines from [`PREFETCH`] bytes past `w[at]` (the avx512 kernels'
+/// reason); the address may lie past `w`: a prefetch never faults.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prefetch_ahead(w: &[u8], at: usize, lines: usize) {
+    let ahead = w.as_ptr().wrapping_add(at + PREFETCH);
+    for l in 0..lines {
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * l).cast());
+    }
+}
+
 /// 32 bytes of `s` from `at` (bounds checked by the slice index).
 #[inline(always)]
 fn load32(s: &[u8], at: usize) -> __m256i {
@@ -96,6 +110,7 @@ fn nibbles16(b: __m128i) -> __m256i {
 fn q8_0(w: &[u8], a: &Q8Act) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (b, blk) in w.chunks_exact(34).enumerate() {
+        prefetch_ahead(w, 34 * b, 1);
         let x = load32(blk, 2);
         let y = act(a, b);
         // |x| × (y with x's sign): unsigned × signed, as maddubs needs.
@@ -111,6 +126,7 @@ fn q4_1(w: &[u8], a: &Q8Act) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut mins = 0f32;
     for (b, blk) in w.chunks_exact(20).enumerate() {
+        prefetch_ahead(w, 20 * b, 1);
         let x = nibbles16(load16(blk, 4));
         let p = mul_sum_us8(x, act(a, b));
         let da = a.d[b];
@@ -128,6 +144,7 @@ fn q8_0_many<const R: usize>(w: &[u8], acts: &[Q8Act], out: &mut [f32]) {
     let acts: &[Q8Act; R] = acts[..R].try_into().expect("R activations");
     let mut acc = [_mm256_setzero_ps(); R];
     for (b, blk) in w.chunks_exact(34).enumerate() {
+        prefetch_ahead(w, 34 * b, 1);
         let x = load32(blk, 2);
         let ax = _mm256_sign_epi8(x, x);
         let dw = h2f(blk, 0);
@@ -149,6 +166,7 @@ fn q4_1_many<const R: usize>(w: &[u8], acts: &[Q8Act], out: &mut [f32]) {
     let mut acc = [_mm256_setzero_ps(); R];
     let mut mins = [0f32; R];
     for (b, blk) in w.chunks_exact(20).enumerate() {
+        prefetch_ahead(w, 20 * b, 1);
         let x = nibbles16(load16(blk, 4));
         let (dw, mw) = (h2f(blk, 0), h2f(blk, 2));
         for ((acc, mins), a) in acc.iter_mut().zip(&mut mins).zip(acts) {
@@ -215,6 +233,7 @@ fn q5_0(w: &[u8], a: &Q8Act) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut offs = 0f32;
     for (b, blk) in w.chunks_exact(22).enumerate() {
+        prefetch_ahead(w, 22 * b, 1);
         let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
         let x = _mm256_or_si256(nibbles16(load16(blk, 6)), fifth_bits(qh));
         let p = mul_sum_us8(x, act(a, b));
@@ -232,6 +251,7 @@ fn q4_k(w: &[u8], a: &Q8Act) -> f32 {
     let mut mins = 0f32;
     let m4 = _mm256_set1_epi8(0x0F);
     for (sb, blk) in w.chunks_exact(144).enumerate() {
+        prefetch_ahead(w, 144 * sb, 3);
         let (d, dmin) = (h2f(blk, 0), h2f(blk, 2));
         let packed = &blk[4..16];
         for i in 0..4 {
@@ -262,6 +282,7 @@ fn q6_k(w: &[u8], a: &Q8Act) -> f32 {
     let m4 = _mm256_set1_epi8(0x0F);
     let m2 = _mm256_set1_epi8(3);
     for (sb, blk) in w.chunks_exact(210).enumerate() {
+        prefetch_ahead(w, 210 * sb, 4);
         let d = h2f(blk, 208);
         for half in 0..2 {
             let ql0 = load32(blk, half * 64);

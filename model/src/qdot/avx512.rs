@@ -90,14 +90,6 @@ fn act2(a: &Q8Act, b: usize) -> __m512i {
     unsafe { _mm512_loadu_si512(q.as_ptr().cast()) }
 }
 
-/// The activation codes of block `b` in the low half, zeros above.
-#[inline(always)]
-fn act1(a: &Q8Act, b: usize) -> __m512i {
-    let q = &a.qs[b * QK..(b + 1) * QK];
-    // SAFETY: `q` is 32 readable `i8`; the load is unaligned.
-    unsafe { _mm512_zextsi256_si512(_mm256_loadu_si256(q.as_ptr().cast())) }
-}
-
 /// Eight `f32` of `a.d` from block `b` (the scales of one k-quant super-block's sub-blocks).
 #[inline(always)]
 fn act_scales8(a: &Q8Act, b: usize) -> __m256 {
@@ -125,54 +117,42 @@ fn nibbles2(b0: __m128i, b1: __m128i) -> __m512i {
     _mm512_shuffle_i64x2::<0xD8>(m, m)
 }
 
-/// The f16 bits at `at` of each of the `N ≤ 4` blocks of `stride` bytes from block `b` (zeros
-/// past `N`).
+/// The f16 bits at `at` of each of the `N ≤ 4` blocks of `s` bytes in `g` (`N · s` bytes;
+/// zeros past `N`). Inlined with `s` a type's constant, every index is a constant and the
+/// bounds checks fold into the slicing of `g`.
 #[inline(always)]
-fn f16x4<const N: usize>(w: &[u8], stride: usize, at: usize, b: usize) -> [u16; 4] {
+fn f16x4<const N: usize>(g: &[u8], s: usize, at: usize) -> [u16; 4] {
     let mut h = [0u16; 4];
     for (i, h) in h.iter_mut().enumerate().take(N) {
-        let o = stride * (b + i) + at;
-        *h = u16::from_le_bytes([w[o], w[o + 1]]);
+        *h = u16::from_le_bytes([g[s * i + at], g[s * i + at + 1]]);
     }
     h
 }
 
-/// The activation's scales and code sums (`s0 + s1`) of the `N ≤ 4` blocks from `b` (zeros
-/// past `N`).
+/// The activation's scales and code sums (`s0 + s1`) of `N ≤ 4` blocks (zeros past `N`).
 #[inline(always)]
-fn act4<const N: usize>(a: &Q8Act, b: usize) -> ([f32; 4], [f32; 4]) {
-    let (mut d, mut s) = ([0f32; 4], [0f32; 4]);
-    let ad: &[f32; N] = a.d[b..b + N].try_into().expect("N scales");
-    let asum: &[[i32; 2]; N] = a.sums[b..b + N].try_into().expect("N sums");
+fn act4<const N: usize>(d: &[f32], sums: &[[i32; 2]]) -> ([f32; 4], [f32; 4]) {
+    let (mut dd, mut ss) = ([0f32; 4], [0f32; 4]);
     for i in 0..N {
-        d[i] = ad[i];
-        s[i] = (asum[i][0] + asum[i][1]) as f32;
+        dd[i] = d[i];
+        ss[i] = (sums[i][0] + sums[i][1]) as f32;
     }
-    (d, s)
+    (dd, ss)
 }
 
 /// The little-endian u32 at `w[at..at + 4]`, widened.
 #[inline(always)]
 fn word(w: &[u8], at: usize) -> u64 {
-    let b: [u8; 4] = w[at..at + 4].try_into().expect("4 bytes");
-    u64::from(u32::from_le_bytes(b))
+    u64::from(u32::from_le_bytes([w[at], w[at + 1], w[at + 2], w[at + 3]]))
 }
 
 /// Four f16 (bits) as f32.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vnni,avx2,fma,f16c")]
 fn cvt4(h: [u16; 4]) -> __m128 {
-    _mm_cvtph_ps(_mm_set_epi64x(0, u64::from_le_bytes(bytemuck4(h)) as i64))
-}
-
-/// The little-endian bytes of four u16.
-#[inline(always)]
-fn bytemuck4(h: [u16; 4]) -> [u8; 8] {
-    let mut b = [0u8; 8];
-    for (c, v) in b.chunks_exact_mut(2).zip(h) {
-        c.copy_from_slice(&v.to_le_bytes());
-    }
-    b
+    let bits =
+        u64::from(h[0]) | u64::from(h[1]) << 16 | u64::from(h[2]) << 32 | u64::from(h[3]) << 48;
+    _mm_cvtph_ps(_mm_cvtsi64_si128(bits as i64))
 }
 
 /// Lanes 0..8 take element `2p` of a 4-element vector, lanes 8..16 element `2p + 1`.
@@ -183,6 +163,21 @@ fn pair_index(p: i32) -> __m512i {
     _mm512_setr_epi32(i, i, i, i, i, i, i, i, j, j, j, j, j, j, j, j)
 }
 
+/// How far ahead of the group being multiplied [`blocks32`] prefetches the weights.
+const PREFETCH: usize = 2048;
+
+/// Prefetches `lines` cache lines from [`PREFETCH`] bytes past `w[at]`. Hardware prefetch
+/// alone left the kernels at 57–76 % of the read bandwidth (`docs/bench/model-step`); the
+/// address may lie past `w` (a prefetch never faults, and the next rows follow in memory).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vnni,avx2,fma,f16c")]
+fn prefetch_ahead(w: &[u8], at: usize, lines: usize) {
+    let ahead = w.as_ptr().wrapping_add(at + PREFETCH);
+    for l in 0..lines {
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * l).cast());
+    }
+}
+
 /// The running sums of [`blocks32`].
 struct Sums32 {
     acc: [__m512; 2],
@@ -190,69 +185,116 @@ struct Sums32 {
     idx: [__m512i; 2],
 }
 
-/// [`blocks32`]'s `N ≤ 4` blocks from `b`.
+/// A 32-weight block type for [`blocks32`].
+trait Block32 {
+    /// Bytes per block.
+    const S: usize;
+    /// Whether the f16 at byte 2 is a min (Q4_1), added as `min · d_act · Σ y`.
+    const MIN: bool;
+    /// Subtracted per block: `OFFSET · d · d_act · Σ y` (Q8_0's 128, Q5_0's 16).
+    const OFFSET: f32;
+}
+
+/// [`blocks32`]'s `N ≤ 4` blocks: `g` their `N · T::S` bytes, `qs` the activation codes from
+/// the first (`32 · N`), `d` and `sums` its scales and sums.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vnni,avx2,fma,f16c")]
-fn group32<const N: usize>(
-    w: &[u8],
-    stride: usize,
-    a: &Q8Act,
-    b: usize,
-    sums: &mut Sums32,
-    pair: &impl Fn(usize, bool) -> __m512i,
-    offset: &impl Fn(__m128, __m128, __m128) -> __m128,
+fn group32<T: Block32, const N: usize>(
+    g: &[u8],
+    qs: &[i8],
+    d: &[f32],
+    sums: &[[i32; 2]],
+    acc: &mut Sums32,
+    pair: &impl Fn(&[u8], usize, bool) -> __m512i,
 ) {
-    let (da, ys) = act4::<N>(a, b);
+    let (da, ys) = act4::<N>(d, sums);
     // SAFETY: `da` and `ys` are 4 readable f32 each.
     let (da, ys) = unsafe { (_mm_loadu_ps(da.as_ptr()), _mm_loadu_ps(ys.as_ptr())) };
-    let comb = _mm_mul_ps(cvt4(f16x4::<N>(w, stride, 0, b)), da);
-    let coef = offset(comb, da, cvt4(f16x4::<N>(w, stride, 2, b)));
-    sums.off = _mm_fmadd_ps(coef, ys, sums.off);
+    let comb = _mm_mul_ps(cvt4(f16x4::<N>(g, T::S, 0)), da);
+    let coef = if T::MIN {
+        // The min enters with a plus sign: subtracting its negation.
+        _mm_sub_ps(
+            _mm_setzero_ps(),
+            _mm_mul_ps(cvt4(f16x4::<N>(g, T::S, 2)), da),
+        )
+    } else {
+        _mm_mul_ps(comb, _mm_set1_ps(T::OFFSET))
+    };
+    acc.off = _mm_fmadd_ps(coef, ys, acc.off);
     let comb = _mm512_castps128_ps512(comb);
     for p in 0..N.div_ceil(2) {
-        let c = b + 2 * p;
         let two = 2 * p + 1 < N;
-        let y = if two { act2(a, c) } else { act1(a, c) };
-        let dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pair(c, two), y);
-        let s = _mm512_permutexvar_ps(sums.idx[p], comb);
-        sums.acc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), s, sums.acc[p]);
+        let y = if two {
+            let q = &qs[64 * p..64 * p + 64];
+            // SAFETY: `q` is 64 readable `i8`; the load is unaligned.
+            unsafe { _mm512_loadu_si512(q.as_ptr().cast()) }
+        } else {
+            let q = &qs[64 * p..64 * p + 32];
+            // SAFETY: `q` is 32 readable `i8`; the load is unaligned.
+            unsafe { _mm512_zextsi256_si512(_mm256_loadu_si256(q.as_ptr().cast())) }
+        };
+        let dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pair(g, 2 * p, two), y);
+        let s = _mm512_permutexvar_ps(acc.idx[p], comb);
+        acc.acc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), s, acc.acc[p]);
     }
 }
 
-/// The kernels of the 32-weight block types, four blocks at a time: `pair(b, two)` gives the
-/// unsigned codes of blocks `b` and `b + 1` (only `b`'s, zeros above, where `two` is false).
-/// Each block's f32 factor is its scale (the f16 at offset 0) times the activation's; the
-/// block's offset term, `coef · Σ codes of the activation block`, is accumulated apart with
-/// `coef` = `offset(factor, activation scale, the f16 at offset 2)` and subtracted at the end.
+/// The kernels of the 32-weight block types, four blocks at a time: `pair(g, i, two)` gives the
+/// unsigned codes of blocks `i` and `i + 1` of the group's bytes `g` (only `i`'s, zeros above,
+/// where `two` is false). Each block's f32 factor is its scale (the f16 at byte 0) times the
+/// activation's; the offset terms ([`Block32`]) are accumulated apart and subtracted at the end.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vnni,avx2,fma,f16c")]
-fn blocks32(
-    w: &[u8],
-    stride: usize,
-    a: &Q8Act,
-    pair: impl Fn(usize, bool) -> __m512i,
-    offset: impl Fn(__m128, __m128, __m128) -> __m128,
-) -> f32 {
-    let nb = w.len() / stride;
-    let mut sums = Sums32 {
+fn blocks32<T: Block32>(w: &[u8], a: &Q8Act, pair: impl Fn(&[u8], usize, bool) -> __m512i) -> f32 {
+    let s = T::S;
+    let nb = w.len() / s;
+    let mut acc = Sums32 {
         acc: [_mm512_setzero_ps(); 2],
         off: _mm_setzero_ps(),
         idx: [pair_index(0), pair_index(1)],
     };
     let mut b = 0;
     while b + 4 <= nb {
-        group32::<4>(w, stride, a, b, &mut sums, &pair, &offset);
+        // Ask for the bytes a few groups ahead (past this row: into the next rows, which the
+        // matvec reads next); a prefetch never faults.
+        prefetch_ahead(w, s * b, 3);
+        let (g, qs) = (&w[s * b..s * (b + 4)], &a.qs[QK * b..QK * (b + 4)]);
+        let (d, sums) = (&a.d[b..b + 4], &a.sums[b..b + 4]);
+        group32::<T, 4>(g, qs, d, sums, &mut acc, &pair);
         b += 4;
     }
+    let (g, qs) = (&w[s * b..], &a.qs[QK * b..]);
+    let (d, sums) = (&a.d[b..], &a.sums[b..]);
     match nb - b {
-        3 => group32::<3>(w, stride, a, b, &mut sums, &pair, &offset),
-        2 => group32::<2>(w, stride, a, b, &mut sums, &pair, &offset),
-        1 => group32::<1>(w, stride, a, b, &mut sums, &pair, &offset),
+        3 => group32::<T, 3>(g, qs, d, sums, &mut acc, &pair),
+        2 => group32::<T, 2>(g, qs, d, sums, &mut acc, &pair),
+        1 => group32::<T, 1>(g, qs, d, sums, &mut acc, &pair),
         _ => {}
     }
-    let off = _mm_add_ps(sums.off, _mm_movehl_ps(sums.off, sums.off));
+    let off = _mm_add_ps(acc.off, _mm_movehl_ps(acc.off, acc.off));
     let off = _mm_add_ss(off, _mm_movehdup_ps(off));
-    _mm512_reduce_add_ps(_mm512_add_ps(sums.acc[0], sums.acc[1])) - _mm_cvtss_f32(off)
+    _mm512_reduce_add_ps(_mm512_add_ps(acc.acc[0], acc.acc[1])) - _mm_cvtss_f32(off)
+}
+
+struct Q8_0;
+impl Block32 for Q8_0 {
+    const S: usize = 34;
+    const MIN: bool = false;
+    const OFFSET: f32 = 128.0;
+}
+
+struct Q4_1;
+impl Block32 for Q4_1 {
+    const S: usize = 20;
+    const MIN: bool = true;
+    const OFFSET: f32 = 0.0;
+}
+
+struct Q5_0;
+impl Block32 for Q5_0 {
+    const S: usize = 22;
+    const MIN: bool = false;
+    const OFFSET: f32 = 16.0;
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vnni,avx2,fma,f16c")]
@@ -260,53 +302,43 @@ fn q8_0(w: &[u8], a: &Q8Act) -> f32 {
     // Signed codes made unsigned by adding 128 (flipping the sign bit); the 128 · Σ y it adds
     // is the offset term.
     let flip = _mm512_set1_epi8(-128);
-    let pair = |b: usize, two: bool| {
-        let x0 = _mm512_castsi256_si512(load32(w, 34 * b + 2));
+    blocks32::<Q8_0>(w, a, |g, i, two| {
+        let x0 = load32(g, 34 * i + 2);
         let x = if two {
-            _mm512_inserti64x4::<1>(x0, load32(w, 34 * (b + 1) + 2))
+            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(x0), load32(g, 34 * (i + 1) + 2))
         } else {
-            _mm512_zextsi256_si512(load32(w, 34 * b + 2))
+            _mm512_zextsi256_si512(x0)
         };
         _mm512_xor_si512(x, flip)
-    };
-    blocks32(w, 34, a, pair, |comb, _, _| {
-        _mm_mul_ps(comb, _mm_set1_ps(128.0))
     })
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vnni,avx2,fma,f16c")]
 fn q4_1(w: &[u8], a: &Q8Act) -> f32 {
-    let pair = |b: usize, two: bool| {
+    blocks32::<Q4_1>(w, a, |g, i, two| {
         let q1 = if two {
-            load16(w, 20 * (b + 1) + 4)
+            load16(g, 20 * (i + 1) + 4)
         } else {
             _mm_setzero_si128()
         };
-        nibbles2(load16(w, 20 * b + 4), q1)
-    };
-    // The block's min m adds m · d_act · Σ y: "subtracted" as −m · d_act.
-    blocks32(w, 20, a, pair, |_, da, m| {
-        _mm_sub_ps(_mm_setzero_ps(), _mm_mul_ps(m, da))
+        nibbles2(load16(g, 20 * i + 4), q1)
     })
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vnni,avx2,fma,f16c")]
 fn q5_0(w: &[u8], a: &Q8Act) -> f32 {
-    let pair = |b: usize, two: bool| {
+    blocks32::<Q5_0>(w, a, |g, i, two| {
         let (q1, h1) = if two {
-            (load16(w, 22 * (b + 1) + 6), word(w, 22 * (b + 1) + 2))
+            (load16(g, 22 * (i + 1) + 6), word(g, 22 * (i + 1) + 2))
         } else {
             (_mm_setzero_si128(), 0)
         };
         // Byte j of the pair gets its fifth bit from bit j of the two blocks' qh words.
-        let fifth = _mm512_maskz_mov_epi8(word(w, 22 * b + 2) | (h1 << 32), _mm512_set1_epi8(0x10));
-        _mm512_or_si512(nibbles2(load16(w, 22 * b + 6), q1), fifth)
-    };
-    // Codes 0..32 stand for −16..16.
-    blocks32(w, 22, a, pair, |comb, _, _| {
-        _mm_mul_ps(comb, _mm_set1_ps(16.0))
+        let fifth = _mm512_maskz_mov_epi8(word(g, 22 * i + 2) | (h1 << 32), _mm512_set1_epi8(0x10));
+        _mm512_or_si512(nibbles2(load16(g, 22 * i + 6), q1), fifth)
     })
 }
+
 /// The sums `s0 + s1` of 8 blocks' codes as 8 `i32` (from [`act_sums8`]'s pairs).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vnni,avx2,fma,f16c")]
@@ -343,6 +375,7 @@ fn q4_k(w: &[u8], a: &Q8Act) -> f32 {
     };
     let idx = [pick(0), pick(1), pick(4), pick(5)];
     for (sb, blk) in w.chunks_exact(144).enumerate() {
+        prefetch_ahead(w, 144 * sb, 3);
         let (d, dmin) = (h2f(blk, 0), h2f(blk, 2));
         let word = |i: usize| {
             u32::from_le_bytes([
@@ -430,6 +463,7 @@ fn q6_k(w: &[u8], a: &Q8Act) -> f32 {
     // Scale g (of 16 weights) belongs to block g / 2.
     let dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     for (sb, blk) in w.chunks_exact(210).enumerate() {
+        prefetch_ahead(w, 210 * sb, 4);
         let d = h2f(blk, 208);
         let b0 = sb * 8;
         let scales = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(blk, 192)));
