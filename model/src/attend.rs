@@ -36,6 +36,9 @@ const KEY_TILE: usize = 1024;
 /// Keys per task when a single query block cannot keep the cores busy (decode): the key range is
 /// split and the partial softmaxes are merged (flash-decoding).
 const DECODE_KEY_CHUNK: usize = 1024;
+/// The smallest chunk a decode step's keys are split into to give every thread a part: a
+/// sliding window of 512 keys (Gemma 3's local layers) was one task on one core of two.
+const MIN_DECODE_CHUNK: usize = 128;
 /// Stacked query rows up to which scores use dot products instead of a GEMM call.
 const SMALL_ROWS: usize = 16;
 
@@ -217,13 +220,19 @@ pub fn attention<T: KvElem>(
     let width = s.n_heads * hd;
     let scale = 1.0 / (hd as f32).sqrt();
     let n_blocks = n.div_ceil(QUERY_BLOCK);
+    let span = pos0 + n - s.first_key(pos0);
     let n_chunks = if n_blocks == 1 {
-        (pos0 + n - s.first_key(pos0))
-            .div_ceil(DECODE_KEY_CHUNK)
-            .max(1)
+        // A multiple of the threads (each gets as many keys), at least one chunk per thread
+        // where the keys allow chunks of MIN_DECODE_CHUNK, and chunks of at most
+        // DECODE_KEY_CHUNK.
+        let threads = rayon::current_num_threads()
+            .min(span.div_ceil(MIN_DECODE_CHUNK))
+            .max(1);
+        span.div_ceil(DECODE_KEY_CHUNK).div_ceil(threads).max(1) * threads
     } else {
         1
     };
+    let chunk = span.div_ceil(n_chunks).max(1);
     let tasks: Vec<(usize, usize, usize)> = (0..s.n_kv_heads)
         .flat_map(|g| (0..n_blocks).flat_map(move |b| (0..n_chunks).map(move |c| (g, b, c))))
         .collect();
@@ -238,8 +247,8 @@ pub fn attention<T: KvElem>(
                 (first, keys)
             } else {
                 (
-                    (first + c * DECODE_KEY_CHUNK).min(keys),
-                    (first + (c + 1) * DECODE_KEY_CHUNK).min(keys),
+                    (first + c * chunk).min(keys),
+                    (first + (c + 1) * chunk).min(keys),
                 )
             };
             // Stack the group's heads: row (r - r0) * group + j is query r of head g * group + j.
