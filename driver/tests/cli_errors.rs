@@ -48,6 +48,27 @@ fn a_missing_dump_is_one_error_chain_without_a_backtrace() {
 }
 
 #[test]
+fn bench_rejects_a_bracket_below_every_target_before_reading_the_dump() {
+    for bad in ["0.5", "1.5", "NaN"] {
+        let o = qkindex(&[
+            "bench",
+            "--dump",
+            "/nonexistent",
+            "--out",
+            "/nonexistent/out",
+            "--bracket-up-to",
+            bad,
+        ]);
+        let err = user_error(&o);
+        assert!(err.contains("--bracket-up-to"), "{bad}: {err}");
+        assert!(
+            !err.contains("/nonexistent"),
+            "{bad}: read the dump first: {err}"
+        );
+    }
+}
+
+#[test]
 fn demo_rejects_a_context_without_a_rest_before_any_work() {
     let out = std::env::temp_dir().join(format!("qkindex-cli-errors-{}", std::process::id()));
     let o = qkindex(&[

@@ -62,6 +62,11 @@ pub struct BenchArgs {
     /// needs, not the sweep's floor. The report flags the heads where it could not.
     #[arg(long)]
     pub no_bracket: bool,
+    /// Bracket only the report's recall targets up to this one (0.90, 0.95 or 0.99, the
+    /// default): at 128K a hard head's sweep can spend hours widening `ef` towards 0.99 when
+    /// the question is 0.95. The report's higher targets are then what the grid reached.
+    #[arg(long, default_value_t = 0.99)]
+    pub bracket_up_to: f64,
     /// Timed passes over each query set (QPS from the median pass).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
@@ -106,6 +111,17 @@ struct QuerySet {
 }
 
 pub fn run(args: BenchArgs, devices: &Devices) -> Result<()> {
+    let targets: Vec<f64> = report::TARGETS
+        .into_iter()
+        .filter(|&t| t <= args.bracket_up_to + 1e-9)
+        .collect();
+    if targets.is_empty() || args.bracket_up_to > 1.0 {
+        bail!(
+            "--bracket-up-to {} is below every recall target of the report ({:?}) or above 1",
+            args.bracket_up_to,
+            report::TARGETS
+        );
+    }
     let (dump, layers, heads) = args.input.open()?;
     let m = dump.manifest.clone();
     if args.repeat == 0 {
@@ -221,7 +237,7 @@ pub fn run(args: BenchArgs, devices: &Devices) -> Result<()> {
                         measured.push((params, row.recall));
                         rows.push(row);
                         if todo.is_empty() && !args.no_bracket && extensions < MAX_EXTENSIONS {
-                            todo = built.sweep.extend(&measured, &report::TARGETS, k, n);
+                            todo = built.sweep.extend(&measured, &targets, k, n);
                             extensions += todo.len();
                             for p in &todo {
                                 let p = report::params_str(&report::params_json(p));
