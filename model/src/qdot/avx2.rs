@@ -11,27 +11,7 @@ pub fn detected() -> bool {
     *DETECTED.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
 }
 
-/// Wraps a `#[target_feature]` kernel as a plain fn; only handed out after [`detected`].
-macro_rules! wrap {
-    ($f:ident) => {{
-        fn k(w: &[u8], a: &Q8Act) -> f32 {
-            // SAFETY: `kernel` hands this out only where AVX2, FMA and F16C were detected.
-            unsafe { $f(w, a) }
-        }
-        k as RowKernel
-    }};
-}
-
-pub fn kernel(ty: GgmlType) -> Option<RowKernel> {
-    Some(match ty {
-        GgmlType::Q8_0 => wrap!(q8_0),
-        GgmlType::Q4_1 => wrap!(q4_1),
-        GgmlType::Q5_0 => wrap!(q5_0),
-        GgmlType::Q4K => wrap!(q4_k),
-        GgmlType::Q6K => wrap!(q6_k),
-        _ => return None,
-    })
-}
+row_kernels!();
 
 /// The f16 at `b[at..at + 2]` as f32, inline (`half`'s conversion detects F16C per call,
 /// which cost as much as the integer work of a block).
@@ -40,20 +20,6 @@ pub fn kernel(ty: GgmlType) -> Option<RowKernel> {
 fn h2f(b: &[u8], at: usize) -> f32 {
     let bits = u16::from_le_bytes([b[at], b[at + 1]]);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
-}
-
-/// How far ahead of the block being multiplied the kernels prefetch the weights.
-const PREFETCH: usize = 2048;
-
-/// Prefetches `lines` cache lines from [`PREFETCH`] bytes past `w[at]` (the avx512 kernels'
-/// reason); the address may lie past `w`: a prefetch never faults.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn prefetch_ahead(w: &[u8], at: usize, lines: usize) {
-    let ahead = w.as_ptr().wrapping_add(at + PREFETCH);
-    for l in 0..lines {
-        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * l).cast());
-    }
 }
 
 /// 32 bytes of `s` from `at` (bounds checked by the slice index).

@@ -27,27 +27,7 @@ pub fn detected() -> bool {
     })
 }
 
-/// Wraps a `#[target_feature]` kernel as a plain fn; only handed out after [`detected`].
-macro_rules! wrap {
-    ($f:ident) => {{
-        fn k(w: &[u8], a: &Q8Act) -> f32 {
-            // SAFETY: `kernel` hands this out only where every feature of `detected` is present.
-            unsafe { $f(w, a) }
-        }
-        k as RowKernel
-    }};
-}
-
-pub fn kernel(ty: GgmlType) -> Option<RowKernel> {
-    Some(match ty {
-        GgmlType::Q8_0 => wrap!(q8_0),
-        GgmlType::Q4_1 => wrap!(q4_1),
-        GgmlType::Q5_0 => wrap!(q5_0),
-        GgmlType::Q4K => wrap!(q4_k),
-        GgmlType::Q6K => wrap!(q6_k),
-        _ => return None,
-    })
-}
+row_kernels!();
 
 /// The f16 at `b[at..at + 2]` as f32.
 #[inline]
@@ -161,21 +141,6 @@ fn cvt4(h: [u16; 4]) -> __m128 {
 fn pair_index(p: i32) -> __m512i {
     let (i, j) = (2 * p, 2 * p + 1);
     _mm512_setr_epi32(i, i, i, i, i, i, i, i, j, j, j, j, j, j, j, j)
-}
-
-/// How far ahead of the group being multiplied [`blocks32`] prefetches the weights.
-const PREFETCH: usize = 2048;
-
-/// Prefetches `lines` cache lines from [`PREFETCH`] bytes past `w[at]`. Hardware prefetch
-/// alone left the kernels at 57–76 % of the read bandwidth (`docs/bench/model-step`); the
-/// address may lie past `w` (a prefetch never faults, and the next rows follow in memory).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vnni,avx2,fma,f16c")]
-fn prefetch_ahead(w: &[u8], at: usize, lines: usize) {
-    let ahead = w.as_ptr().wrapping_add(at + PREFETCH);
-    for l in 0..lines {
-        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * l).cast());
-    }
 }
 
 /// The running sums of [`blocks32`].
