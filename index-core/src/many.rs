@@ -145,21 +145,42 @@ pub fn search_many_into<'s>(
             .resize_with(block.len() / dim, SearchOutput::default);
         out.stats = SearchStats::default();
     }
+    // One task per query; an index that shares work across a block's rows (`batches`) gets
+    // one run of rows per thread instead.
+    let threads = rayon::current_num_threads().max(1);
     outs.par_iter_mut()
         .enumerate()
         .flat_map(|(i, out)| {
             let (index, block) = (indexes[i], queries[i]);
+            let rows = out.outputs.len();
+            let run = if index.batches() {
+                rows.div_ceil(threads).max(1)
+            } else {
+                1
+            };
             out.outputs
-                .par_iter_mut()
-                .zip(block.par_chunks_exact(index.dim()))
+                .par_chunks_mut(run)
+                .zip(block.par_chunks(run * index.dim()))
                 .enumerate()
-                .map(move |(r, (found, query))| (i, r, index, query, found))
+                .map(move |(c, (found, rows))| (i, c * run, index, rows, found))
         })
         .try_for_each_init(
             || scratch.take(),
-            |taken, (i, r, index, query, found)| {
-                let p = params(i, r);
-                index.search_seeded(query, k, &p, seeds(i, r), &mut taken.scratch, found)
+            |taken, (i, r0, index, rows, found)| {
+                let scratch = &mut taken.scratch;
+                if let [one] = found {
+                    return index.search_seeded(
+                        rows,
+                        k,
+                        &params(i, r0),
+                        seeds(i, r0),
+                        scratch,
+                        one,
+                    );
+                }
+                let params = |r: usize| params(i, r0 + r);
+                let seeds = |r: usize| seeds(i, r0 + r);
+                index.search_rows(rows, k, &params, &seeds, scratch, found)
             },
         )?;
     for out in outs.iter_mut() {
@@ -242,6 +263,65 @@ mod tests {
         )
         .expect("again");
         assert_eq!(outs, got);
+    }
+
+    /// An int8 scan searched as a block (`batches`: one pass over its codes per thread's run
+    /// of rows) answers every row as a single search would, with per-row `ef`, on 1 to 3
+    /// threads (runs of every length, a lone row included), next to an index searched per row.
+    #[test]
+    fn a_batched_scan_answers_each_row_as_a_single_search() {
+        let a = crate::synth::ood(900, 7, DIM, 7);
+        let keys = Arc::new(KeyStore::from_f32(a.keys.clone(), DIM).expect("keys"));
+        let params = "flat:codes=i8".parse::<crate::IndexSpec>().expect("spec");
+        let scan = params
+            .build(keys.clone(), &a.train_queries, &CpuKnn)
+            .expect("scan");
+        let exact = FlatIndex::new(keys);
+        let rows = a.test_queries.len() / DIM;
+        assert!(rows >= 7, "{rows} test queries");
+        let block = &a.test_queries[..7 * DIM];
+        let indexes: [&dyn AnnIndex; 2] = [&scan, &exact];
+        let per_row = |_: usize, r: usize| SearchParams {
+            ef: Some(12 + 3 * r),
+            ..SearchParams::default()
+        };
+        for threads in 1..=3 {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("pool");
+            let mut outs = Vec::new();
+            pool.install(|| {
+                search_many_into(
+                    &indexes,
+                    &[block, block],
+                    &no_seeds,
+                    10,
+                    &per_row,
+                    &ManyScratch::default(),
+                    &mut outs,
+                )
+            })
+            .expect("search_many");
+            for (i, index) in indexes.iter().enumerate() {
+                let mut sum = SearchStats::default();
+                for (r, query) in block.chunks_exact(DIM).enumerate() {
+                    let want = index
+                        .search(query, 10, &per_row(i, r), &mut index.new_scratch())
+                        .expect("search");
+                    assert_eq!(
+                        outs[i].outputs[r], want,
+                        "{threads} threads, index {i} row {r}"
+                    );
+                    sum += want.stats;
+                }
+                assert_eq!(outs[i].stats, sum, "{threads} threads, index {i}");
+            }
+        }
+        // The block path ran wherever the CPU has the batched kernel.
+        let batched = crate::metric::int8::i8_kernels().scan_q8_many.is_some();
+        assert_eq!(scan.batches(), batched);
+        assert!(!exact.batches());
     }
 
     #[test]

@@ -257,10 +257,65 @@ pub trait AnnIndex: Send + Sync {
         Ok(out)
     }
 
+    /// Whether [`AnnIndex::search_rows`] shares work across the rows of a block (the int8
+    /// scan reads its codes once per block, not once per query): [`crate::search_many_into`]
+    /// then gives each thread a run of an index's queries instead of one query per task.
+    fn batches(&self) -> bool {
+        false
+    }
+
+    /// [`AnnIndex::search_seeded`] of every query of `queries` (whole rows of
+    /// [`AnnIndex::dim`]) into `outs` (one per row), row `r` with `params(r)` and `seeds(r)`:
+    /// the results and stats of one search per row, which is what this default runs
+    /// ([`search_each_row`]); an index that [`AnnIndex::batches`] shares the work.
+    ///
+    /// Errors: as [`AnnIndex::search_seeded`], and a block that is not `outs.len()` whole rows.
+    fn search_rows<'s>(
+        &self,
+        queries: &[f32],
+        k: usize,
+        params: &dyn Fn(usize) -> SearchParams,
+        seeds: &dyn Fn(usize) -> &'s [u32],
+        scratch: &mut Scratch,
+        outs: &mut [SearchOutput],
+    ) -> Result<()> {
+        search_each_row(self, queries, k, params, seeds, scratch, outs)
+    }
+
     /// A scratch sized for this index.
     fn new_scratch(&self) -> Scratch {
         Scratch::new(self.len())
     }
+}
+
+/// The default [`AnnIndex::search_rows`]: one [`AnnIndex::search_seeded`] per row.
+pub fn search_each_row<'s, I: AnnIndex + ?Sized>(
+    index: &I,
+    queries: &[f32],
+    k: usize,
+    params: &dyn Fn(usize) -> SearchParams,
+    seeds: &dyn Fn(usize) -> &'s [u32],
+    scratch: &mut Scratch,
+    outs: &mut [SearchOutput],
+) -> Result<()> {
+    let dim = index.dim();
+    check_rows(queries, dim, outs.len())?;
+    for (r, (query, out)) in queries.chunks_exact(dim).zip(outs).enumerate() {
+        index.search_seeded(query, k, &params(r), seeds(r), scratch, out)?;
+    }
+    Ok(())
+}
+
+/// Checks that `queries` is `rows` whole rows of `dim` values.
+pub fn check_rows(queries: &[f32], dim: usize, rows: usize) -> Result<()> {
+    if dim == 0 || queries.len() != rows * dim {
+        return Err(Error::DimensionMismatch {
+            what: "query block (one whole row per output)",
+            expected: rows * dim,
+            got: queries.len(),
+        });
+    }
+    Ok(())
 }
 
 /// Checks the arguments every search shares: query dimension, finiteness, and `0 < k ≤ n`.

@@ -344,3 +344,53 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Every set's batched scan (`scan_q8_rows`: one pass for all the queries where the set
+    /// has `scan_q8_many`) writes each query's row bit for bit as the set's own `scan_q8` does
+    /// for that query alone: 1 to 19 queries (passes of 8 and their remainders), any biases.
+    #[test]
+    fn batched_scan_rows_equal_one_scan_per_query(
+        d in 1usize..=200,
+        queries in 1usize..=19,
+        groups in 1usize..=4,
+        seed in 0u64..1000,
+    ) {
+        let quads = d.div_ceil(4);
+        let mut rng = qkindex::synth::Rng::new(seed);
+        let mut all = Vec::new();
+        for g in 0..groups {
+            let codes: Vec<Vec<i8>> = (0..GROUP)
+                .map(|_| (0..d).map(|_| (rng.normal() * 70.0).clamp(-127.0, 127.0) as i8).collect())
+                .collect();
+            let scales: Vec<f32> = (0..GROUP).map(|s| 0.25 + (s * 3 + g) as f32 * 0.0625).collect();
+            all.extend(interleave(&codes, &scales, quads));
+        }
+        let qs: Vec<QuantQuery> = (0..queries)
+            .map(|b| {
+                let mut qq = QuantQuery::default();
+                let qf: Vec<f32> = (0..d).map(|_| rng.normal()).collect();
+                qq.set(&qf);
+                qq.codes.resize(4 * quads, 0);
+                qq.bias = 0.125 * b as f32 - 0.5;
+                qq
+            })
+            .collect();
+        // Rows one slot longer than the groups: the slot past them is left as it was.
+        let stride = groups * GROUP + 1;
+        for k in I8Kernels::available() {
+            let mut rows = vec![f32::NAN; queries * stride];
+            k.scan_q8_rows(&qs, &all, quads, &mut rows);
+            for (b, (qq, row)) in qs.iter().zip(rows.chunks_exact(stride)).enumerate() {
+                let mut one = vec![f32::NAN; groups * GROUP];
+                (k.scan_q8)(qq, &all, quads, &mut one);
+                for (i, (&got, &want)) in row.iter().zip(&one).enumerate() {
+                    prop_assert_eq!(got.to_bits(), want.to_bits(), "{} query {} of {} #{}: {} vs {}", k.isa, b, queries, i, got, want);
+                }
+                prop_assert!(row[groups * GROUP].is_nan(), "{} query {}: wrote past its groups", k.isa, b);
+            }
+        }
+    }
+}

@@ -10,7 +10,7 @@
 
 use crate::codes::{rerank_exact, top_ids, KeyCodes, Line, Width};
 use crate::error::Result;
-use crate::metric::int8::GROUP;
+use crate::metric::int8::{i8_kernels, GROUP};
 use crate::scratch::Scratch;
 use crate::search::SearchOutput;
 use crate::store::{KeyStore, Scorer};
@@ -107,6 +107,66 @@ impl ScanCodes {
         scratch.quant = quant;
         out.stats.distance_computations = self.codes.len() as u64;
         rerank_exact(exact, query, k, scratch, out);
+    }
+}
+
+impl ScanCodes {
+    /// Whether [`ScanCodes::search_rows`] reads the codes once per batch (int8 groups with
+    /// a batched kernel on this CPU) rather than once per query.
+    pub fn batches(&self) -> bool {
+        self.width == Width::I8 && i8_kernels().scan_q8_many.is_some()
+    }
+
+    /// [`ScanCodes::search`] of every query of `queries` (whole rows of the keys' dimension)
+    /// into `outs` (one per query), query `r` re-ranking its best `candidates(r)` estimates:
+    /// the same results and counts as one search per query. At int8 the estimates of all the
+    /// queries come from one pass over the codes ([`crate::metric::int8::I8Kernels::scan_q8_rows`]).
+    pub fn search_rows(
+        &self,
+        exact: &Scorer<'_>,
+        queries: &[f32],
+        k: usize,
+        candidates: &dyn Fn(usize) -> usize,
+        scratch: &mut Scratch,
+        outs: &mut [SearchOutput],
+    ) {
+        let dim = self.codes.dim();
+        if self.width != Width::I8 || dim == 0 {
+            for (r, (query, out)) in queries.chunks_exact(dim.max(1)).zip(outs).enumerate() {
+                self.search(exact, query, k, candidates(r), scratch, out);
+            }
+            return;
+        }
+        let rows = outs.len().min(queries.len() / dim);
+        let mut quants = std::mem::take(&mut scratch.quants);
+        quants.resize_with(rows, Default::default);
+        for (query, quant) in queries.chunks_exact(dim).zip(quants.iter_mut()) {
+            self.codes.quantize_query_as(self.width, query, quant);
+        }
+        let n = self.codes.len();
+        let per = self.codes.lines_per_group(self.width);
+        let stride = self.lines.len() / per * GROUP;
+        let mut estimates = std::mem::take(&mut scratch.estimates);
+        estimates.resize(rows * stride, 0.0);
+        i8_kernels().scan_q8_rows(
+            &quants,
+            bytemuck::cast_slice(&self.lines),
+            self.codes.code_lines(self.width),
+            &mut estimates,
+        );
+        for (r, (query, out)) in queries.chunks_exact(dim).zip(outs).take(rows).enumerate() {
+            out.clear();
+            if k == 0 {
+                continue;
+            }
+            let Scratch { sample, picked, .. } = &mut *scratch;
+            let row = &estimates[r * stride..r * stride + n];
+            top_ids(row, candidates(r).max(k), sample, picked, &mut out.ids);
+            out.stats.distance_computations = n as u64;
+            rerank_exact(exact, query, k, scratch, out);
+        }
+        scratch.estimates = estimates;
+        scratch.quants = quants;
     }
 }
 

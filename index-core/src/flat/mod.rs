@@ -11,7 +11,9 @@ pub use codes::ScanCodes;
 use crate::codes::Codes;
 use crate::error::{Error, Result};
 use crate::scratch::Scratch;
-use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams};
+use crate::search::{
+    check_query, check_rows, search_each_row, AnnIndex, IndexKind, SearchOutput, SearchParams,
+};
 use crate::store::KeyStore;
 use std::sync::Arc;
 
@@ -87,6 +89,17 @@ impl FlatIndex {
         })
     }
 
+    /// Candidates a scan on codes re-ranks for a search of `k` with `params`: `ef` when set,
+    /// else the build's `rerank`, else `k + k / 4` (at least `k`).
+    fn candidates(&self, k: usize, params: &SearchParams) -> usize {
+        let default = if self.params.rerank == 0 {
+            k + k / 4
+        } else {
+            self.params.rerank
+        };
+        params.ef.unwrap_or(default).max(k)
+    }
+
     /// Build parameters.
     pub fn params(&self) -> &FlatParams {
         &self.params
@@ -125,6 +138,32 @@ impl AnnIndex for FlatIndex {
         self.codes.as_ref().map_or(0, ScanCodes::bytes)
     }
 
+    fn batches(&self) -> bool {
+        self.codes.as_ref().is_some_and(ScanCodes::batches)
+    }
+
+    fn search_rows<'s>(
+        &self,
+        queries: &[f32],
+        k: usize,
+        params: &dyn Fn(usize) -> SearchParams,
+        seeds: &dyn Fn(usize) -> &'s [u32],
+        scratch: &mut Scratch,
+        outs: &mut [SearchOutput],
+    ) -> Result<()> {
+        let Some(codes) = self.codes.as_ref().filter(|c| c.batches()) else {
+            return search_each_row(self, queries, k, params, seeds, scratch, outs);
+        };
+        let (n, dim) = (self.keys.len(), self.keys.dim());
+        check_rows(queries, dim, outs.len())?;
+        for query in queries.chunks_exact(dim) {
+            check_query(query, dim, k, n)?;
+        }
+        let candidates = |r: usize| self.candidates(k, &params(r));
+        codes.search_rows(&self.keys.scorer(), queries, k, &candidates, scratch, outs);
+        Ok(())
+    }
+
     fn search_seeded(
         &self,
         query: &[f32],
@@ -137,12 +176,7 @@ impl AnnIndex for FlatIndex {
         let n = self.keys.len();
         check_query(query, self.keys.dim(), k, n)?;
         if let Some(codes) = &self.codes {
-            let default = if self.params.rerank == 0 {
-                k + k / 4
-            } else {
-                self.params.rerank
-            };
-            let candidates = params.ef.unwrap_or(default).max(k);
+            let candidates = self.candidates(k, params);
             codes.search(&self.keys.scorer(), query, k, candidates, scratch, out);
             return Ok(());
         }

@@ -39,6 +39,11 @@ pub type GroupQ8 = fn(&[i8], &[u8], &mut [i32; GROUP]);
 pub type ScanQ8 = fn(&QuantQuery, &[u8], usize, &mut [f32]);
 /// [`ScanQ8`] for 4-bit codes ([`scan_q4`]): groups of `octets + 2` lines.
 pub type ScanQ4 = fn(&QuantQuery, &[u8], usize, &mut [f32]);
+/// [`ScanQ8`] of several queries in one pass over the groups: the estimates of query `b` go to
+/// row `b` of `out` (`queries.len()` rows of `out.len() / queries.len()` values), equal to what
+/// the same set's [`ScanQ8`] writes for that query alone. Each line is loaded once for all the
+/// queries (GQA: the query heads of a KV head search the same keys).
+pub type ScanQ8Many = fn(&[QuantQuery], &[u8], usize, &mut [f32]);
 
 /// Rows per interleaved group of [`I8Kernels::group_q8`] (one AVX-512 register of i32 sums).
 pub const GROUP: usize = 16;
@@ -57,6 +62,9 @@ pub struct I8Kernels {
     pub group_q8: GroupQ8,
     pub scan_q8: ScanQ8,
     pub scan_q4: ScanQ4,
+    /// The batched [`ScanQ8`] where the set has one (the AVX2 sets; not yet the VNNI ones,
+    /// whose single scan is load-bound already); [`I8Kernels::scan_q8_rows`] runs either.
+    pub scan_q8_many: Option<ScanQ8Many>,
 }
 
 impl I8Kernels {
@@ -72,6 +80,31 @@ impl I8Kernels {
             group_q8,
             scan_q8,
             scan_q4,
+            scan_q8_many: None,
+        }
+    }
+
+    /// [`ScanQ8`] of every query of `queries` into consecutive rows of `out`
+    /// (`out.len() / queries.len()` values each, at least `GROUP ·` the groups): in one pass over
+    /// the groups with [`I8Kernels::scan_q8_many`] where the set has it, else one pass per query.
+    /// The estimates are the same either way.
+    pub fn scan_q8_rows(
+        &self,
+        queries: &[QuantQuery],
+        groups: &[u8],
+        quads: usize,
+        out: &mut [f32],
+    ) {
+        let Some(stride) = out.len().checked_div(queries.len()) else {
+            return;
+        };
+        match self.scan_q8_many {
+            Some(many) if queries.len() > 1 => many(queries, groups, quads, out),
+            _ => {
+                for (query, row) in queries.iter().zip(out.chunks_exact_mut(stride)) {
+                    (self.scan_q8)(query, groups, quads, row);
+                }
+            }
         }
     }
 

@@ -33,6 +33,7 @@ macro_rules! kernel_set {
             // SAFETY: the macro is used only after detecting the functions' features.
             #[allow(unused_unsafe)]
             scan_q4: |q, g, octets, o| unsafe { $scan_q4(q, g, octets, o) },
+            scan_q8_many: None,
         }
     };
 }
@@ -59,7 +60,7 @@ pub(super) fn available() -> Vec<I8Kernels> {
     }
     if avx512 {
         // The features of this set: avx512f, avx512bw, avx2 and fma, detected just now.
-        out.push(kernel_set!(
+        let mut set = kernel_set!(
             "avx512",
             dot_i8_avx512,
             gather_i8_avx512,
@@ -69,7 +70,10 @@ pub(super) fn available() -> Vec<I8Kernels> {
             group_q8_avx2,
             scan_q8_avx2,
             super::int8::scan_q4
-        ));
+        );
+        // SAFETY: avx2 and fma were detected just now.
+        set.scan_q8_many = Some(|qs, g, quads, o| unsafe { scan_q8_many_avx2(qs, g, quads, o) });
+        out.push(set);
     }
     if avx2 && is_x86_feature_detected!("avxvnni") {
         // The features of this set: avx2, fma and avxvnni, detected just now.
@@ -87,7 +91,7 @@ pub(super) fn available() -> Vec<I8Kernels> {
     }
     if avx2 {
         // The features of this set: avx2 and fma, detected just now.
-        out.push(kernel_set!(
+        let mut set = kernel_set!(
             "avx2",
             dot_i8_avx2,
             gather_i8_avx2,
@@ -97,7 +101,10 @@ pub(super) fn available() -> Vec<I8Kernels> {
             group_q8_avx2,
             scan_q8_avx2,
             super::int8::scan_q4
-        ));
+        );
+        // SAFETY: avx2 and fma were detected just now.
+        set.scan_q8_many = Some(|qs, g, quads, o| unsafe { scan_q8_many_avx2(qs, g, quads, o) });
+        out.push(set);
     }
     out
 }
@@ -524,6 +531,99 @@ unsafe fn scan_q8_avx2(query: &QuantQuery, groups: &[u8], quads: usize, out: &mu
         quads,
         out,
     )
+}
+
+/// Queries per pass of [`scan_q8_many_avx2`] (two accumulators each: 8 of the 16 registers).
+const MANY_AVX2: usize = 4;
+
+/// [`super::int8::ScanQ8Many`] with AVX2: the queries in passes of up to [`MANY_AVX2`]. Each
+/// pass loads a line, flips it to signed codes and takes their absolute values once for all
+/// its queries ([`group_q8_avx2`]'s `vpmaddubsw(|c|, sign(q, c))`, of which only the signs and
+/// the products are per query); a lone query takes [`scan_q8_avx2`]. The estimates are
+/// computed as there (same integer dots, same [`QuantQuery::estimate`]).
+#[target_feature(enable = "avx2,fma")]
+unsafe fn scan_q8_many_avx2(queries: &[QuantQuery], groups: &[u8], quads: usize, out: &mut [f32]) {
+    let Some(stride) = out.len().checked_div(queries.len()) else {
+        return;
+    };
+    for (qs, rows) in queries
+        .chunks(MANY_AVX2)
+        .zip(out.chunks_mut(MANY_AVX2 * stride))
+    {
+        // SAFETY: every arm's callee needs this function's features (avx2, fma); `rows`
+        // holds `qs.len()` rows of `stride`.
+        unsafe {
+            match qs.len() {
+                1 => scan_q8_avx2(&qs[0], groups, quads, rows),
+                2 => scan_q8_pass_avx2::<2>(qs, groups, quads, rows, stride),
+                3 => scan_q8_pass_avx2::<3>(qs, groups, quads, rows, stride),
+                _ => scan_q8_pass_avx2::<MANY_AVX2>(qs, groups, quads, rows, stride),
+            }
+        }
+    }
+}
+
+/// One pass of [`scan_q8_many_avx2`] over `B` queries (`qs.len() == B`) into the rows of `out`
+/// (`stride` apart, each at least `GROUP ·` the groups it writes).
+#[target_feature(enable = "avx2,fma")]
+unsafe fn scan_q8_pass_avx2<const B: usize>(
+    qs: &[QuantQuery],
+    groups: &[u8],
+    quads: usize,
+    out: &mut [f32],
+    stride: usize,
+) {
+    // The scales follow the group's `lines` code lines; a query with fewer codes (never the
+    // case for padded ones) stops its dots early, as `group_q8_avx2` does.
+    let (lines, bytes) = (quads, (quads + 2) * 4 * GROUP);
+    let quads = qs.iter().map(|q| q.codes.len() / 4).fold(quads, usize::min);
+    let count = (groups.len() / bytes).min(stride / GROUP);
+    if qs.len() != B || out.len() < B * stride {
+        return;
+    }
+    let mut pq = [std::ptr::null::<i8>(); B];
+    for (p, q) in pq.iter_mut().zip(qs) {
+        *p = q.codes.as_ptr();
+    }
+    let flip = _mm256_set1_epi8(-128);
+    let ones = _mm256_set1_epi16(1);
+    let mut dots = [0i32; GROUP];
+    for g in 0..count {
+        let group = &groups[g * bytes..(g + 1) * bytes];
+        let pg = group.as_ptr();
+        let mut lo = [_mm256_setzero_si256(); B];
+        let mut hi = [_mm256_setzero_si256(); B];
+        // SAFETY: quad j reads group[64j..64j+64] (j < quads ≤ the groups' code lines, so
+        // inside `group`) and pq[b][4j..4j+4] (j < quads ≤ every query's codes.len() / 4).
+        unsafe {
+            for j in 0..quads {
+                let c0 = _mm256_xor_si256(_mm256_loadu_si256(pg.add(64 * j).cast()), flip);
+                let c1 = _mm256_xor_si256(_mm256_loadu_si256(pg.add(64 * j + 32).cast()), flip);
+                let (a0, a1) = (_mm256_abs_epi8(c0), _mm256_abs_epi8(c1));
+                for b in 0..B {
+                    let x =
+                        _mm256_set1_epi32(std::ptr::read_unaligned(pq[b].add(4 * j).cast::<i32>()));
+                    let p0 = _mm256_maddubs_epi16(a0, _mm256_sign_epi8(x, c0));
+                    let p1 = _mm256_maddubs_epi16(a1, _mm256_sign_epi8(x, c1));
+                    lo[b] = _mm256_add_epi32(lo[b], _mm256_madd_epi16(p0, ones));
+                    hi[b] = _mm256_add_epi32(hi[b], _mm256_madd_epi16(p1, ones));
+                }
+            }
+        }
+        let scales = &group[64 * lines..64 * lines + 4 * GROUP];
+        for (b, q) in qs.iter().enumerate() {
+            // SAFETY: `dots` holds 16 i32, two stores of 8.
+            unsafe {
+                _mm256_storeu_si256(dots.as_mut_ptr().cast(), lo[b]);
+                _mm256_storeu_si256(dots.as_mut_ptr().add(8).cast(), hi[b]);
+            }
+            let row = &mut out[b * stride + GROUP * g..b * stride + GROUP * (g + 1)];
+            for ((e, &dot), scale) in row.iter_mut().zip(&dots).zip(scales.chunks_exact(4)) {
+                let scale = f32::from_le_bytes([scale[0], scale[1], scale[2], scale[3]]);
+                *e = q.estimate(dot, scale);
+            }
+        }
+    }
 }
 
 /// [`super::int8::group_q8`] with AVX-VNNI: rows 0–7 and 8–15 of each quad in two 256-bit halves.

@@ -75,6 +75,8 @@ pub struct Scratch {
     pub(crate) scores: Vec<f32>,
     /// The query quantized for code estimates ([`crate::graph::codes`]).
     pub(crate) quant: crate::metric::int8::QuantQuery,
+    /// The queries of a batched scan, quantized ([`crate::flat::ScanCodes::search_rows`]).
+    pub(crate) quants: Vec<crate::metric::int8::QuantQuery>,
     /// The query transformed for an int8 store ([`crate::store::Scorer::bind`]).
     pub(crate) query: Vec<f32>,
     /// Every key's code estimate, a sample of them, and the candidates above a threshold

@@ -177,6 +177,21 @@ impl AnnIndex for AnyIndex {
         self.as_dyn()
             .search_seeded(query, k, params, seeds, scratch, out)
     }
+    fn batches(&self) -> bool {
+        self.as_dyn().batches()
+    }
+    fn search_rows<'s>(
+        &self,
+        queries: &[f32],
+        k: usize,
+        params: &dyn Fn(usize) -> SearchParams,
+        seeds: &dyn Fn(usize) -> &'s [u32],
+        scratch: &mut Scratch,
+        outs: &mut [SearchOutput],
+    ) -> Result<()> {
+        self.as_dyn()
+            .search_rows(queries, k, params, seeds, scratch, outs)
+    }
 }
 
 /// Decodes the index in `raw`, dispatching on the header's kind. With `verify`, also runs the
