@@ -7,6 +7,7 @@
 //! | `affine.rs` | per-dimension offsets and ranges of int8 codes ([`affine::Affine`]) |
 //! | `int8.rs` | int8 key codes: f32 × int8 rows, integer code estimates ([`int8::I8Kernels`]) |
 //! | `x86_int8.rs` | their AVX2, AVX-512 and VNNI versions |
+//! | `x86_groups.rs` | the x86 kernels of the interleaved code groups (scans, batched scans) |
 //! | `neon.rs` | aarch64 Advanced SIMD (NEON) kernels, summing in the AVX-512 order |
 //! | `loops.rs` | what the ISA files share: the kernel-set macro, gather and range loops, prefetch |
 //!
@@ -25,6 +26,8 @@ mod neon;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_groups;
 #[cfg(target_arch = "x86_64")]
 mod x86_int8;
 
