@@ -7,7 +7,8 @@ threads, in one run:
   llama.cpp   prefill of the first C - 1 tokens of the text (one `Llama.eval` call, timed):
               prefill tokens/s; then --continuation tokens teacher-forced one per `eval` call
               (a decode step each, timed one by one): decode ms/token (mean and median).
-  qkindex     `qkindex eval --context C --continuation N --policy full,index-topk --no-measure`
+  qkindex     `qkindex eval --text TEXT --context C --continuation N --policy full,index-topk
+              --no-measure`
               (the same prefill of C - 1 tokens, then N teacher-forced decode steps per policy),
               read from its --json: prefill tokens/s, and decode ms/token as the wall clock of
               its step calls (`latency_ms.wall`: each step's forward pass and logits, timed around
@@ -117,12 +118,13 @@ def llama_cpp_run(model: Path, text: str, ctx: int, cont: int, threads: int, bat
 
 
 def qkindex_run(
-    binary: Path, model: str, ctx: int, cont: int, policies: str, extra: list
+    binary: Path, model: str, text: Path, ctx: int, cont: int, policies: str, extra: list
 ) -> list:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "eval.json"
         cmd = [
-            str(binary), "eval", "--model", model, "--context", str(ctx),
+            str(binary), "eval", "--model", model, "--text", str(text.resolve()),
+            "--context", str(ctx),
             "--continuation", str(cont), "--policy", policies, "--no-measure", "--json", str(out),
             *extra,
         ]
@@ -174,8 +176,8 @@ def main() -> None:
                     "threads": args.threads}
             runs = [llama_cpp_run(path, text, ctx, args.continuation, args.threads, args.batch)]
             if args.qkindex:
-                runs += qkindex_run(args.qkindex, name, ctx, args.continuation, args.policies,
-                                    args.qkindex_args.split())
+                runs += qkindex_run(args.qkindex, name, args.text, ctx, args.continuation,
+                                    args.policies, args.qkindex_args.split())
             for r in runs:
                 row = {**base, **r}
                 rows.append(row)
