@@ -5,6 +5,7 @@ use proptest::prelude::*;
 use qkindex::attention::{off_at_zero, Codes, EntryRule, Projection, Prune, TrainKnn, TrainOn};
 use qkindex::io::AnyIndex;
 use qkindex::ivf::Assignment;
+use qkindex::spec::scan_check::choose;
 use qkindex::spec::BuiltIndex;
 use qkindex::synth::ood;
 use qkindex::{
@@ -670,12 +671,29 @@ fn the_scan_check_keeps_what_it_measured_faster() {
     for r in [check.graph_recall, check.scan_recall] {
         assert!((0.0..=1.0).contains(&r), "{check}");
     }
+    // Each query head takes the scan where it was faster for it at the target; the scan alone
+    // is kept when every head took it, the graph (routing those heads) otherwise.
+    assert_eq!(
+        check.head_scan,
+        choose(
+            &check.head_graph_us,
+            &check.head_scan_us,
+            &check.head_scan_recall,
+            0.95
+        ),
+        "{check}"
+    );
+    assert!(!check.head_scan.is_empty(), "{check}");
     assert_eq!(
         check.scan_wins,
-        check.scan_us < check.graph_us && check.scan_recall >= 0.95,
+        check.head_scan.iter().all(|&s| s),
         "{check}"
     );
     assert_eq!(kept_scan, check.scan_wins, "{check}");
+    if let AnyIndex::Attention(a) = &built.index {
+        let routed = check.head_scan.contains(&true);
+        assert_eq!(a.params().head_scan.contains(&true), routed, "{check}");
+    }
     // Whichever was kept answers a search.
     let q = &data.test_queries[..dim];
     let out = built

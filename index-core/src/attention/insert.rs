@@ -68,6 +68,9 @@ impl AttentionIndex {
         if let Some(codes) = &mut self.codes {
             codes.push(key)?;
         }
+        if let Some(scan) = &mut self.scan {
+            scan.push(key)?;
+        }
 
         let max_degree = self.params.max_degree;
         let sequence = self.params.sequence_edges > 0;

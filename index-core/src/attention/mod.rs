@@ -56,13 +56,15 @@ pub use params::{off_at_zero, AttentionParams, EntryRule, Projection, TrainKnn, 
 pub use pool_knn::PooledKnn;
 pub use stats::{AutoEf, BuildStats, FarCheck, PruneCheck, ScanCheck};
 
-use crate::codes::KeyCodes;
+use crate::codes::{KeyCodes, ScanCodes};
 use crate::error::{Error, Result};
 use crate::graph::codes::search_codes;
 use crate::graph::inline::InlineCodes;
 use crate::graph::{beam_search, BeamSettings, Csr, Neighbors};
 use crate::scratch::Scratch;
-use crate::search::{check_query, AnnIndex, IndexKind, SearchOutput, SearchParams};
+use crate::search::{
+    check_query, check_rows, search_each_row, AnnIndex, IndexKind, SearchOutput, SearchParams,
+};
 use crate::store::KeyStore;
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -83,6 +85,8 @@ pub struct AttentionIndex {
     codes: Option<KeyCodes>,
     /// The neighbours' codes inline with the adjacency (`params.codes` = `i8-inline`).
     inline: Option<InlineCodes>,
+    /// The int8 scan of the keys for the query heads routed to it (`params.head_scan`).
+    scan: Option<ScanCodes>,
 }
 
 /// The out-edges: the CSR a build (or a file) produced, or editable lists once keys have been
@@ -141,9 +145,11 @@ impl AttentionIndex {
             (Some(codes), Codes::I8Inline) => Some(InlineCodes::new(&graph, codes)),
             _ => None,
         };
+        let scan = scan_codes(&keys, &params.head_scan);
         Ok(AttentionIndex {
             codes,
             inline,
+            scan,
             built_len: keys.len(),
             keys,
             graph: Adjacency::Frozen(graph),
@@ -220,6 +226,37 @@ impl AttentionIndex {
     pub(crate) fn record_scan_check(&mut self, check: ScanCheck) {
         self.stats.scan_check = Some(check);
     }
+
+    /// Routes the searches of the query heads marked true in `heads` (the order of
+    /// [`AttentionParams::head_ef`]; [`SearchParams::head`] names them) to an int8 scan of the
+    /// keys with an exact re-rank of the best `k + k/4` estimates (the search of
+    /// `flat:codes=i8`), and the others to the graph; an empty or all-false `heads` routes every
+    /// head to the graph. The scan's codes are made here and kept in step with inserts. A file
+    /// keeps the routes ([`AttentionParams::head_scan`]).
+    pub fn route_heads_to_scan(&mut self, heads: Vec<bool>) {
+        self.scan = scan_codes(&self.keys, &heads);
+        self.params.head_scan = heads;
+    }
+
+    /// Whether searches of query head `head` scan the int8 codes (see
+    /// [`AttentionIndex::route_heads_to_scan`]).
+    pub fn head_scans(&self, head: Option<usize>) -> bool {
+        self.scan.is_some()
+            && head.is_some_and(|h| self.params.head_scan.get(h).copied().unwrap_or(false))
+    }
+}
+
+/// Candidates a routed head's scan re-ranks, as `flat:codes=i8` does: `ef` when set, else
+/// `k + k/4` (at least `k`).
+fn scan_candidates(k: usize, params: &SearchParams) -> usize {
+    params.ef.unwrap_or(k + k / 4).max(k)
+}
+
+/// The int8 scan codes of `keys` when some head is routed to them.
+fn scan_codes(keys: &KeyStore, heads: &[bool]) -> Option<ScanCodes> {
+    heads
+        .contains(&true)
+        .then(|| ScanCodes::new(keys, crate::codes::Width::I8))
 }
 
 impl AnnIndex for AttentionIndex {
@@ -247,6 +284,57 @@ impl AnnIndex for AttentionIndex {
             + std::mem::size_of_val(self.entries.as_slice())
             + self.codes.as_ref().map_or(0, KeyCodes::bytes)
             + self.inline.as_ref().map_or(0, InlineCodes::bytes)
+            + self.scan.as_ref().map_or(0, ScanCodes::bytes)
+    }
+
+    /// With query heads routed to the scan, the block's rows of those heads share one pass
+    /// over the codes (as `flat:codes=i8` does for a group); the other rows walk.
+    fn batches(&self) -> bool {
+        self.scan.as_ref().is_some_and(ScanCodes::batches)
+    }
+
+    fn search_rows<'s>(
+        &self,
+        queries: &[f32],
+        k: usize,
+        params: &dyn Fn(usize) -> SearchParams,
+        seeds: &dyn Fn(usize) -> &'s [u32],
+        scratch: &mut Scratch,
+        outs: &mut [SearchOutput],
+    ) -> Result<()> {
+        let Some(scan) = self.scan.as_ref().filter(|s| s.batches()) else {
+            return search_each_row(self, queries, k, params, seeds, scratch, outs);
+        };
+        let (n, dim) = (self.keys.len(), self.keys.dim());
+        check_rows(queries, dim, outs.len())?;
+        let mut routed = Vec::new();
+        for (r, (query, out)) in queries.chunks_exact(dim).zip(outs.iter_mut()).enumerate() {
+            let p = params(r);
+            if self.head_scans(p.head) {
+                check_query(query, dim, k, n)?;
+                routed.push(r);
+            } else {
+                self.search_seeded(query, k, &p, seeds(r), scratch, out)?;
+            }
+        }
+        if routed.is_empty() {
+            return Ok(());
+        }
+        let block: Vec<f32> = routed
+            .iter()
+            .flat_map(|&r| queries[r * dim..(r + 1) * dim].iter().copied())
+            .collect();
+        let mut block_outs: Vec<SearchOutput> = routed
+            .iter()
+            .map(|&r| std::mem::take(&mut outs[r]))
+            .collect();
+        let candidates = |i: usize| scan_candidates(k, &params(routed[i]));
+        let scorer = self.keys.scorer();
+        scan.search_rows(&scorer, &block, k, &candidates, scratch, &mut block_outs);
+        for (&r, out) in routed.iter().zip(block_outs) {
+            outs[r] = out;
+        }
+        Ok(())
     }
 
     fn search_seeded(
@@ -261,6 +349,10 @@ impl AnnIndex for AttentionIndex {
         check_query(query, self.keys.dim(), k, self.keys.len())?;
         let settings = BeamSettings::for_search(params, k, self.default_ef(params.head))?;
         let scorer = self.keys.scorer();
+        if let Some(scan) = self.scan.as_ref().filter(|_| self.head_scans(params.head)) {
+            scan.search(&scorer, query, k, scan_candidates(k, params), scratch, out);
+            return Ok(());
+        }
         let entries: [&[u32]; 2] = [&self.entries, seeds];
         match &self.codes {
             Some(codes) => search_codes(

@@ -198,6 +198,14 @@ pub struct AttentionParams {
     /// serves does not search at the group's worst head's `ef` (issue 44).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub head_ef: Vec<usize>,
+    /// Per query head of the group (the order of `head_ef`), true where the head's searches
+    /// scan the keys' int8 codes with an exact re-rank instead of walking the graph; empty or
+    /// all false: every head walks. The scan check ([`AttentionParams::scan_check`]) sets it
+    /// per head where the scan was faster for that head's queries: under GQA one far-looking
+    /// query head can need a quarter of the keys from the graph while its group's other heads
+    /// need 3 % (Qwen2.5 at 32K, docs/bench/qwen/README.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub head_scan: Vec<bool>,
     /// Each training query's top-`kq` comes only from the keys it could attend to: keys
     /// `0..=i` for query `i`, or the counts the build is given per query
     /// ([`crate::AttentionIndex::build_visible`]: a GQA group's pooled queries, keys after the
@@ -309,6 +317,7 @@ impl Default for AttentionParams {
             build_ef: 200,
             default_ef: 128,
             head_ef: Vec::new(),
+            head_scan: Vec::new(),
             causal: false,
             train_on: TrainOn::Queries,
             queries_per_key: 0.0,

@@ -187,10 +187,27 @@ pub struct ScanCheck {
     /// Their recall@100 against the exact top-100 of every key.
     pub graph_recall: f64,
     pub scan_recall: f64,
-    /// True when the scan is faster and reaches the calibration's recall target.
+    /// Per query head of the group (pooled order): microseconds per query of each structure
+    /// (median round) and their recall@100.
+    pub head_graph_us: Vec<f64>,
+    pub head_scan_us: Vec<f64>,
+    pub head_graph_recall: Vec<f64>,
+    pub head_scan_recall: Vec<f64>,
+    /// Per query head, true where the scan is faster for it and reaches the calibration's
+    /// recall target ([`crate::spec::scan_check::choose`]).
+    pub head_scan: Vec<bool>,
+    /// True when the scan wins on every head: the build keeps the scan alone (when only some
+    /// heads win, it keeps the graph and routes those heads to the scan).
     pub scan_wins: bool,
     /// Seconds of the check.
     pub seconds: f64,
+}
+
+impl ScanCheck {
+    /// Query heads the check gave the scan (all of them when `scan_wins`).
+    pub fn scan_heads(&self) -> usize {
+        self.head_scan.iter().filter(|&&s| s).count()
+    }
 }
 
 impl std::fmt::Display for ScanCheck {
@@ -198,14 +215,30 @@ impl std::fmt::Display for ScanCheck {
         write!(
             f,
             "scan check ({} queries, {:.1} s): graph {:.1} µs/query at recall {:.4}, \
-             int8 scan {:.1} µs/query at recall {:.4}; kept the {}",
+             int8 scan {:.1} µs/query at recall {:.4}; ",
             self.queries,
             self.seconds,
             self.graph_us,
             self.graph_recall,
             self.scan_us,
             self.scan_recall,
-            if self.scan_wins { "scan" } else { "graph" }
-        )
+        )?;
+        let routed = self.scan_heads();
+        match (self.scan_wins, routed) {
+            (true, _) => write!(f, "kept the scan"),
+            (false, 0) => write!(f, "kept the graph"),
+            (false, r) => {
+                let per_head: Vec<String> = (self.head_graph_us.iter().zip(&self.head_scan_us))
+                    .map(|(g, s)| format!("{g:.0}/{s:.0}"))
+                    .collect();
+                write!(
+                    f,
+                    "kept the graph, {r} of {} query heads routed to the scan (graph/scan \
+                     µs per head {})",
+                    self.head_scan.len(),
+                    per_head.join(" ")
+                )
+            }
+        }
     }
 }

@@ -8,6 +8,7 @@
 //! | `i8.rs` | [`I8`]: int8 codes, 4 dimensions of 16 keys per line |
 //! | `i4.rs` | [`I4`]: 4-bit codes, 8 dimensions of 16 keys per line |
 //! | `select.rs` | [`top_ids`]: the best candidates of a scan's estimates, without a sort |
+//! | `scan.rs` | [`ScanCodes`]: every key's codes in id order and their scan with an exact re-rank (`flat:codes=i8`, and the query heads a graph routes to the scan) |
 //!
 //! ```text
 //!  keys ──KeyCodes::new──► int8 codes + scales ──write_slot_as(Width)──► groups of 16 keys
@@ -20,11 +21,13 @@
 mod i4;
 mod i8;
 mod keys;
+mod scan;
 mod select;
 
 pub(crate) use i4::I4;
 pub(crate) use i8::{EMPTY_LINE, I8};
 pub use keys::{CodeScorer, KeyCodes};
+pub use scan::ScanCodes;
 pub(crate) use select::top_ids;
 
 use crate::error::{Error, Result};

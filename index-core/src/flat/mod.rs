@@ -1,12 +1,11 @@
 //! `FlatIndex`: the exact scan. Every search scores every key (`scanned = 1`) and keeps the
 //! top k with a bounded heap; it is the yardstick for recall and speed. With `codes=i8`
 //! ([`FlatParams`]) it scans int8 codes instead and scores only the best candidates exactly
-//! (`codes.rs`, [`ScanCodes`]).
+//! ([`ScanCodes`], in `codes/scan.rs`: the graph routes query heads to it too).
 
-mod codes;
 mod file;
 
-pub use codes::ScanCodes;
+pub use crate::codes::ScanCodes;
 
 use crate::codes::Codes;
 use crate::error::{Error, Result};

@@ -144,7 +144,7 @@ const PRESETS: &[Preset] = &[
 /// kNN's cost grows with the square of the context and the prefill's about linearly (the rule
 /// and its measurements: docs/DECODING.md, "One default, chosen by length"). Each build then
 /// times its graph against an int8 scan of the same keys on the held-out queries and keeps the
-/// faster (`scan-check=true`, [`AttentionParams::scan_check`]).
+/// faster, per query head (`scan-check=true`, [`AttentionParams::scan_check`]).
 pub const DECODE_DEFAULT: &str = "attention:causal=true,queries-per-key=1.25,global-full=0.1,\
                                   far-check=0.04,auto-ef=0.95,pool-above=32768,scan-check=true";
 
@@ -287,9 +287,12 @@ impl IndexSpec {
                 if let (true, Some(target)) = (p.scan_check, target) {
                     let check =
                         scan_check::measure(&graph, train_queries, visible, target, cancel)?;
-                    let scan_wins = check.scan_wins;
+                    let (scan_wins, routes) = (check.scan_wins, check.head_scan.clone());
                     graph.record_scan_check(check);
-                    if scan_wins {
+                    if !scan_wins && routes.contains(&true) {
+                        // Some query heads of the group scan, the others walk.
+                        graph.route_heads_to_scan(routes);
+                    } else if scan_wins {
                         // The phases are the graph's, whose build chose the scan.
                         let stats = graph.build_stats().clone();
                         let scan = FlatIndex::with_params(

@@ -1,14 +1,20 @@
 //! The structure measured at build ([`scan_check`](crate::attention::AttentionParams::scan_check)):
-//! the graph, or a scan of the keys' int8 codes with an exact re-rank (`flat:codes=i8`).
+//! per query head, the graph or a scan of the keys' int8 codes with an exact re-rank (the search
+//! of `flat:codes=i8`).
 //!
 //! Where a graph search scores a large share of the keys (Qwen2.5's 128-dimensional heads at
 //! 8K: 13.7 % for recall 0.95) a scan of one byte per dimension reads the keys in order, and
 //! is faster than the walk's scattered rows; where the graph scores 1–3 % (Gemma 3 at 128K) it
-//! is not close. The check times both on the held-out recent queries of the `ef` calibration
-//! (each query head at its own `ef`, the scan re-ranking its `k + k/4` best), interleaved over
-//! [`ROUNDS`] rounds so that a load on the machine hits both alike, and measures their recall@100
-//! against the exact top-100 of all keys (decode queries see every key). The scan wins when it
-//! is faster and reaches the recall the calibration asked of the graph.
+//! is not close. Under GQA the heads of one group can differ by 8× (Qwen2.5 at 32K, layer 5:
+//! one head needs 25 % of the keys from the graph where its five neighbours need 3–6 %), so the
+//! check decides per query head. It times both structures on each head's held-out recent
+//! queries of the `ef` calibration (the graph at the head's own `ef`, the scan re-ranking its
+//! `k + k/4` best), interleaved over [`ROUNDS`] rounds so that a load on the machine hits both
+//! alike, and measures their recall@100 against the exact top-100 of all keys (decode queries
+//! see every key). A head takes the scan when it is faster for that head and reaches the recall
+//! the calibration asked of the graph ([`choose`]). When every head does, the build returns the
+//! scan alone; when some do, the graph routes them to it
+//! ([`AttentionIndex::route_heads_to_scan`]).
 
 use crate::attention::{AttentionIndex, ScanCheck, CHECK_K};
 use crate::cancel::Cancel;
@@ -66,34 +72,91 @@ pub(super) fn measure(
         return Ok(result);
     }
     let heads_named = heads.len() > 1;
-    let mut run = |which: &dyn AnnIndex, recall: &mut f64| -> Result<f64> {
-        let start = Instant::now();
-        let mut hits = 0usize;
-        for (q, h, truth) in &checks {
-            cancel.check("scan check")?;
-            let params = SearchParams {
-                head: heads_named.then_some(*h),
-                ..SearchParams::default()
-            };
-            which.search_into(q, k, &params, &mut scratch, &mut out)?;
-            hits += out.ids.iter().filter(|id| truth.contains(id)).count();
+    let n_heads = heads.len();
+    // hits[structure][head], seconds[structure][head][round]
+    let mut hits = [vec![0usize; n_heads], vec![0usize; n_heads]];
+    let mut seconds = [vec![Vec::new(); n_heads], vec![Vec::new(); n_heads]];
+    let structures: [&dyn AnnIndex; 2] = [index, &scan];
+    for round in 0..ROUNDS {
+        for h in 0..n_heads {
+            for (s, which) in structures.iter().enumerate() {
+                let start = Instant::now();
+                let mut found = 0usize;
+                for (q, _, truth) in checks.iter().filter(|c| c.1 == h) {
+                    cancel.check("scan check")?;
+                    let params = SearchParams {
+                        head: heads_named.then_some(h),
+                        ..SearchParams::default()
+                    };
+                    which.search_into(q, k, &params, &mut scratch, &mut out)?;
+                    found += out.ids.iter().filter(|id| truth.contains(id)).count();
+                }
+                seconds[s][h].push(start.elapsed().as_secs_f64());
+                if round == 0 {
+                    hits[s][h] = found;
+                }
+            }
         }
-        let s = start.elapsed().as_secs_f64();
-        *recall = hits as f64 / (checks.len() * k) as f64;
-        Ok(s)
-    };
-    let (mut graph_s, mut scan_s) = (Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        graph_s.push(run(index, &mut result.graph_recall)?);
-        scan_s.push(run(&scan, &mut result.scan_recall)?);
     }
-    let per_query = |v: &mut Vec<f64>| {
+    let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
-        v[v.len() / 2] / checks.len() as f64
+        v[v.len() / 2]
     };
-    result.graph_us = 1e6 * per_query(&mut graph_s);
-    result.scan_us = 1e6 * per_query(&mut scan_s);
-    result.scan_wins = result.scan_us < result.graph_us && result.scan_recall >= target;
+    let rows: Vec<usize> = (0..n_heads)
+        .map(|h| checks.iter().filter(|c| c.1 == h).count())
+        .collect();
+    for h in 0..n_heads {
+        let per_query = |s: f64| 1e6 * s / rows[h].max(1) as f64;
+        let recall = |hits: usize| hits as f64 / (rows[h].max(1) * k) as f64;
+        let (graph_s, scan_s) = (median(&mut seconds[0][h]), median(&mut seconds[1][h]));
+        result.graph_us += 1e6 * graph_s;
+        result.scan_us += 1e6 * scan_s;
+        result.head_graph_us.push(per_query(graph_s));
+        result.head_scan_us.push(per_query(scan_s));
+        result.head_graph_recall.push(recall(hits[0][h]));
+        result.head_scan_recall.push(recall(hits[1][h]));
+    }
+    let all = checks.len() as f64;
+    result.graph_us /= all;
+    result.scan_us /= all;
+    result.graph_recall = hits[0].iter().sum::<usize>() as f64 / (all * k as f64);
+    result.scan_recall = hits[1].iter().sum::<usize>() as f64 / (all * k as f64);
+    result.head_scan = choose(
+        &result.head_graph_us,
+        &result.head_scan_us,
+        &result.head_scan_recall,
+        target,
+    );
+    result.scan_wins = !result.head_scan.is_empty() && result.head_scan.iter().all(|&s| s);
     result.seconds = t.elapsed().as_secs_f64();
     Ok(result)
+}
+
+/// Per query head, whether the scan serves it: faster than the graph (each at its median round)
+/// and at the calibration's recall `target` on that head's check queries.
+pub fn choose(graph_us: &[f64], scan_us: &[f64], scan_recall: &[f64], target: f64) -> Vec<bool> {
+    graph_us
+        .iter()
+        .zip(scan_us)
+        .zip(scan_recall)
+        .map(|((&g, &s), &r)| s < g && r >= target)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::choose;
+
+    /// A head takes the scan only where it is both faster and at the recall target.
+    #[test]
+    fn each_head_takes_the_scan_only_where_it_is_faster_at_the_target() {
+        let graph = [100.0, 50.0, 200.0, 80.0];
+        let scan = [90.0, 90.0, 90.0, 80.0];
+        let recall = [1.0, 1.0, 0.9, 1.0];
+        assert_eq!(
+            choose(&graph, &scan, &recall, 0.95),
+            [true, false, false, false]
+        );
+        assert!(choose(&[], &[], &[], 0.95).is_empty());
+    }
 }

@@ -346,6 +346,10 @@ fn describe(index: &AnyIndex, elapsed: Duration) -> Option<String> {
                 None => far,
                 Some(p) => format!("{far}; {p}"),
             };
+            let far = match &s.scan_check {
+                None => far,
+                Some(c) => format!("{far}; {c}"),
+            };
             format!(
                 "built from {} {source} in {:.2}s (knn {:.2}s, projection {:.2}s, connectivity {:.2}s; {} keys in no list, {} linked{unmasked}{far})",
                 s.train_queries, elapsed.as_secs_f64(), s.knn_s, s.projection_s, s.connectivity_s, s.unlisted_keys, s.linked_unreachable

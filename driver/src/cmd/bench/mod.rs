@@ -222,6 +222,12 @@ pub fn run(args: BenchArgs, devices: &Devices) -> Result<()> {
                     let mut measured: Vec<(SearchParams, f64)> = Vec::new();
                     let mut extensions = 0;
                     while let Some(params) = todo.pop() {
+                        // A pooled index knows its query heads by their place in the group
+                        // (per-head `ef`, per-head routes to the int8 scan): name it.
+                        let params = SearchParams {
+                            head: pooled.then_some(h % group),
+                            ..params
+                        };
                         let mut row =
                             measure(built.index.as_dyn(), set, &params, k, &args, values, d)?;
                         row.bytes_per_key = Some(bytes_per_key);

@@ -77,6 +77,11 @@ pub(super) fn build_rest(
             if c.scan_wins {
                 eprintln!("layer {} KV head {}: {c}", prefill.layer, prefill.kv_head);
                 t.scan_kept.fetch_add(1, Ordering::Relaxed);
+            } else if c.scan_heads() > 0 {
+                eprintln!("layer {} KV head {}: {c}", prefill.layer, prefill.kv_head);
+                t.scan_mixed.fetch_add(1, Ordering::Relaxed);
+                t.scan_routed_heads
+                    .fetch_add(c.scan_heads() as u64, Ordering::Relaxed);
             }
         }
     }
@@ -100,9 +105,13 @@ pub struct BuildTally {
     /// graph (`prune-check`) over the asked one's.
     pub prune_checked: u64,
     pub prune_kept_other: u64,
-    /// Builds that ran the scan check, and of those, the ones that kept the int8 scan.
+    /// Builds that ran the scan check, and of those, the ones that kept the int8 scan (for
+    /// every query head), and the ones that kept the graph but routed some query heads to
+    /// the scan, with the number of those heads.
     pub scan_checked: u64,
     pub scan_kept: u64,
+    pub scan_mixed: u64,
+    pub scan_routed_heads: u64,
     /// Microseconds of the builds' steps, summed over the builds (which run in parallel, so the
     /// sums exceed the wall time): the whole build (`BuildStats::total_s`), the kNN of the
     /// training lists and, with `knn-pool`, its parts (clustering the queries, each cluster's
@@ -132,6 +141,8 @@ impl std::ops::Sub for BuildTally {
             prune_kept_other: self.prune_kept_other - b.prune_kept_other,
             scan_checked: self.scan_checked - b.scan_checked,
             scan_kept: self.scan_kept - b.scan_kept,
+            scan_mixed: self.scan_mixed - b.scan_mixed,
+            scan_routed_heads: self.scan_routed_heads - b.scan_routed_heads,
             total_us: self.total_us - b.total_us,
             knn_us: self.knn_us - b.knn_us,
             pool_kmeans_us: self.pool_kmeans_us - b.pool_kmeans_us,
@@ -164,8 +175,15 @@ impl BuildTally {
         let scan = match self.scan_checked {
             0 => String::new(),
             checked => format!(
-                "; the scan check kept the int8 scan on {} of {checked} (the graph on the rest)",
-                self.scan_kept
+                "; the scan check kept the int8 scan on {} of {checked} (the graph on the rest{})",
+                self.scan_kept,
+                match self.scan_mixed {
+                    0 => String::new(),
+                    mixed => format!(
+                        ", {mixed} of them with {} query heads routed to the scan",
+                        self.scan_routed_heads
+                    ),
+                }
             ),
         };
         Some(format!(
@@ -193,6 +211,8 @@ struct AtomicTally {
     prune_kept_other: AtomicU64,
     scan_checked: AtomicU64,
     scan_kept: AtomicU64,
+    scan_mixed: AtomicU64,
+    scan_routed_heads: AtomicU64,
     total_us: AtomicU64,
     knn_us: AtomicU64,
     pool_kmeans_us: AtomicU64,
@@ -213,6 +233,8 @@ static BUILD_TALLY: AtomicTally = AtomicTally {
     prune_kept_other: AtomicU64::new(0),
     scan_checked: AtomicU64::new(0),
     scan_kept: AtomicU64::new(0),
+    scan_mixed: AtomicU64::new(0),
+    scan_routed_heads: AtomicU64::new(0),
     total_us: AtomicU64::new(0),
     knn_us: AtomicU64::new(0),
     pool_kmeans_us: AtomicU64::new(0),
@@ -237,6 +259,8 @@ pub fn build_tally() -> BuildTally {
         prune_kept_other: t.prune_kept_other.load(Ordering::Relaxed),
         scan_checked: t.scan_checked.load(Ordering::Relaxed),
         scan_kept: t.scan_kept.load(Ordering::Relaxed),
+        scan_mixed: t.scan_mixed.load(Ordering::Relaxed),
+        scan_routed_heads: t.scan_routed_heads.load(Ordering::Relaxed),
         total_us: t.total_us.load(Ordering::Relaxed),
         knn_us: t.knn_us.load(Ordering::Relaxed),
         pool_kmeans_us: t.pool_kmeans_us.load(Ordering::Relaxed),
