@@ -671,24 +671,24 @@ fn the_scan_check_keeps_what_it_measured_faster() {
     for r in [check.graph_recall, check.scan_recall] {
         assert!((0.0..=1.0).contains(&r), "{check}");
     }
-    // Each query head takes the scan where it was faster for it at the target; the scan alone
-    // is kept when every head took it, the graph (routing those heads) otherwise.
-    assert_eq!(
-        check.head_scan,
-        choose(
-            &check.head_graph_us,
-            &check.head_scan_us,
-            &check.head_scan_recall,
-            0.95
-        ),
-        "{check}"
-    );
-    assert!(!check.head_scan.is_empty(), "{check}");
+    // The group keeps the scan when it is faster over all the check queries at the target;
+    // else each query head takes the scan where it was faster for it (the graph routes it).
     assert_eq!(
         check.scan_wins,
-        check.head_scan.iter().all(|&s| s),
+        check.scan_us < check.graph_us && check.scan_recall >= 0.95,
         "{check}"
     );
+    let per_head = choose(
+        &check.head_graph_us,
+        &check.head_scan_us,
+        &check.head_scan_recall,
+        0.95,
+    );
+    match check.scan_wins {
+        true => assert!(check.head_scan.iter().all(|&s| s), "{check}"),
+        false => assert_eq!(check.head_scan, per_head, "{check}"),
+    }
+    assert!(!check.head_scan.is_empty(), "{check}");
     assert_eq!(kept_scan, check.scan_wins, "{check}");
     if let AnyIndex::Attention(a) = &built.index {
         let routed = check.head_scan.contains(&true);

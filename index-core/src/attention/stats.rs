@@ -193,11 +193,12 @@ pub struct ScanCheck {
     pub head_scan_us: Vec<f64>,
     pub head_graph_recall: Vec<f64>,
     pub head_scan_recall: Vec<f64>,
-    /// Per query head, true where the scan is faster for it and reaches the calibration's
-    /// recall target ([`crate::spec::scan_check::choose`]).
+    /// Per query head, true where it searches the scan: every head when `scan_wins`, else
+    /// those for which the scan is faster and reaches the calibration's recall target
+    /// ([`crate::spec::scan_check::choose`]), which the kept graph routes to the scan.
     pub head_scan: Vec<bool>,
-    /// True when the scan wins on every head: the build keeps the scan alone (when only some
-    /// heads win, it keeps the graph and routes those heads to the scan).
+    /// True when the scan is faster over the group's check queries and reaches the target:
+    /// the build keeps the scan alone.
     pub scan_wins: bool,
     /// Seconds of the check.
     pub seconds: f64,

@@ -144,7 +144,8 @@ const PRESETS: &[Preset] = &[
 /// kNN's cost grows with the square of the context and the prefill's about linearly (the rule
 /// and its measurements: docs/DECODING.md, "One default, chosen by length"). Each build then
 /// times its graph against an int8 scan of the same keys on the held-out queries and keeps the
-/// faster, per query head (`scan-check=true`, [`AttentionParams::scan_check`]).
+/// faster; a graph kept routes the query heads the scan serves better on their own to a scan
+/// of the same keys (`scan-check=true`, [`AttentionParams::scan_check`]).
 pub const DECODE_DEFAULT: &str = "attention:causal=true,queries-per-key=1.25,global-full=0.1,\
                                   far-check=0.04,auto-ef=0.95,pool-above=32768,scan-check=true";
 

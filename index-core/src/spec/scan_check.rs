@@ -1,20 +1,24 @@
 //! The structure measured at build ([`scan_check`](crate::attention::AttentionParams::scan_check)):
-//! per query head, the graph or a scan of the keys' int8 codes with an exact re-rank (the search
-//! of `flat:codes=i8`).
+//! the graph or a scan of the keys' int8 codes with an exact re-rank (the search of
+//! `flat:codes=i8`), for a GQA group and then for each of its query heads.
 //!
 //! Where a graph search scores a large share of the keys (Qwen2.5's 128-dimensional heads at
 //! 8K: 13.7 % for recall 0.95) a scan of one byte per dimension reads the keys in order, and
 //! is faster than the walk's scattered rows; where the graph scores 1–3 % (Gemma 3 at 128K) it
 //! is not close. Under GQA the heads of one group can differ by 8× (Qwen2.5 at 32K, layer 5:
-//! one head needs 25 % of the keys from the graph where its five neighbours need 3–6 %), so the
-//! check decides per query head. It times both structures on each head's held-out recent
+//! one head needs 25 % of the keys from the graph where its five neighbours need 3–6 %). The
+//! check times both structures on each head's held-out recent
 //! queries of the `ef` calibration (the graph at the head's own `ef`, the scan re-ranking its
 //! `k + k/4` best), interleaved over [`ROUNDS`] rounds so that a load on the machine hits both
 //! alike, and measures their recall@100 against the exact top-100 of all keys (decode queries
-//! see every key). A head takes the scan when it is faster for that head and reaches the recall
-//! the calibration asked of the graph ([`choose`]). When every head does, the build returns the
-//! scan alone; when some do, the graph routes them to it
-//! ([`AttentionIndex::route_heads_to_scan`]).
+//! see every key). The group takes the scan when the scan is faster over all its heads' queries
+//! and reaches the recall the calibration asked of the graph: the build then returns the scan
+//! alone, whose decode searches a step's rows in one pass over the codes. A group that keeps the
+//! graph routes each head for which the scan is faster on its own queries, at that recall, to a
+//! scan of the same keys ([`choose`], [`AttentionIndex::route_heads_to_scan`]). Deciding every
+//! head alone was measured and dropped: in the Qwen2.5 32K decode it split 40 of 56 groups,
+//! and their walking heads searched slower and less accurately than the check's prefill queries
+//! said, where the whole group's scan had been batched (docs/bench/qwen/README.md).
 
 use crate::attention::{AttentionIndex, ScanCheck, CHECK_K};
 use crate::cancel::Cancel;
@@ -121,13 +125,19 @@ pub(super) fn measure(
     result.scan_us /= all;
     result.graph_recall = hits[0].iter().sum::<usize>() as f64 / (all * k as f64);
     result.scan_recall = hits[1].iter().sum::<usize>() as f64 / (all * k as f64);
-    result.head_scan = choose(
-        &result.head_graph_us,
-        &result.head_scan_us,
-        &result.head_scan_recall,
-        target,
-    );
-    result.scan_wins = !result.head_scan.is_empty() && result.head_scan.iter().all(|&s| s);
+    // The group first: its rows share one pass over the codes in a decode step, which the
+    // single searches timed here do not see. Only a group that keeps the graph routes the
+    // heads the scan serves better on their own.
+    result.scan_wins = result.scan_us < result.graph_us && result.scan_recall >= target;
+    result.head_scan = match result.scan_wins {
+        true => vec![true; n_heads],
+        false => choose(
+            &result.head_graph_us,
+            &result.head_scan_us,
+            &result.head_scan_recall,
+            target,
+        ),
+    };
     result.seconds = t.elapsed().as_secs_f64();
     Ok(result)
 }

@@ -35,14 +35,16 @@ def best(path):
 def main(root):
     inline = best(f"{root}/inline/bench.csv.xz")
     before = best(f"{root}/default/bench.csv.xz")
-    routes = best(f"{root}/routes/bench.csv.xz")
+    alone = best(f"{root}/per-head-alone/bench.csv.xz")
+    routes = best(f"{root}/group-then-heads/bench.csv.xz")
     cols = [
         ("graph (f16 walk)", inline, "attention"),
         ("walk on inline int8", inline, "attention:codes=i8-inline"),
         ("ivf:codes=i8", inline, "ivf:codes=i8"),
         ("default, group choice", before, "attention:default"),
         ("flat:codes=i8", routes, "flat:codes=i8"),
-        ("default, per-head routes", routes, "attention:default"),
+        ("default, each head alone", alone, "attention:default"),
+        ("default, group then heads", routes, "attention:default"),
     ]
     print("| layer, head | " + " | ".join(c[0] for c in cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
