@@ -180,8 +180,9 @@ impl BuildTally {
                 match self.scan_mixed {
                     0 => String::new(),
                     mixed => format!(
-                        ", {mixed} of them with {} query heads routed to the scan",
-                        self.scan_routed_heads
+                        ", {mixed} of them with {} query head{} routed to the scan",
+                        self.scan_routed_heads,
+                        if self.scan_routed_heads == 1 { "" } else { "s" }
                     ),
                 }
             ),
